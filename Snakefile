@@ -1,0 +1,23 @@
+# rankrepro: regenerate the tables of five rank-loss retrieval papers.
+#   snakemake --cores all                          full reproduction (config.yaml)
+#   snakemake --cores all --profile profiles/demo  the whole DAG on replicas, CPU, minutes
+from snakemake.utils import min_version
+
+min_version("9.1")
+
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    input:
+        table_outputs(),
+        "results/mlflow/imported.json",
+    default_target: True

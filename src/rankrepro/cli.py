@@ -1,0 +1,163 @@
+"""``python -m rankrepro <command>``: the one entry point every Snakemake rule calls."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _json(path: str) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def cmd_replica(args) -> None:
+    from rankrepro.data import datasets
+
+    checksum = datasets.get(args.dataset).make_replica(args.out)
+    print(f"wrote replica {args.out} ({checksum})")
+
+
+def cmd_download(args) -> None:
+    from rankrepro.data import datasets
+
+    module = datasets.get(args.dataset)
+    url, checksum = args.url or module.URL, args.checksum or module.CHECKSUM
+    if args.replica_archive:
+        archive = Path(args.replica_archive).resolve()
+        url = archive.as_uri()
+        checksum = Path(f"{archive}.sha256").read_text().strip()
+    path = module.download(args.data_root, url=url, checksum=checksum)
+    print(f"downloaded {url} -> {path}")
+
+
+def cmd_prepare(args) -> None:
+    from rankrepro.data import datasets
+
+    manifest = datasets.get(args.dataset).prepare(args.source, args.out, data_root=args.data_root,
+                                                  replica=args.replica)
+    print(json.dumps(manifest.meta["counts"]))
+
+
+def cmd_write_run(args) -> None:
+    from rankrepro.io import atomic_write_json
+
+    atomic_write_json(args.out, json.loads(args.run))
+
+
+def _threads(n: int | None) -> None:
+    if n:
+        import torch
+
+        torch.set_num_threads(n)
+
+
+def cmd_train(args) -> None:
+    from rankrepro.engine.train import train
+
+    _threads(args.threads)
+    run_path = Path(args.run)
+    train(_json(args.run), args.manifest, run_path.parent, device=args.device, num_workers=args.num_workers,
+          run_id=run_path.parent.name, progress=not args.no_progress)
+
+
+def cmd_evaluate(args) -> None:
+    from rankrepro.engine.evaluate import evaluate
+
+    _threads(args.threads)
+    result = evaluate(_json(args.run), args.manifest, args.model, args.out, device=args.device,
+                      num_workers=args.num_workers, batch_size=args.batch_size, run_id=Path(args.run).parent.name,
+                      progress=not args.no_progress)
+    print(json.dumps(result["metrics"]))
+
+
+def cmd_table(args) -> None:
+    from rankrepro.tables.render import render
+
+    overrides = json.loads(args.overrides) if args.overrides else None
+    render(args.paper, args.table, args.runs_dir, args.out_prefix, overrides)
+    print(Path(args.out_prefix).with_suffix(".md").read_text())
+
+
+def cmd_track(args) -> None:
+    from rankrepro.tracking import import_runs
+
+    imported = import_runs(args.runs, args.tables, args.tracking_uri, args.experiment, args.out,
+                           artifact_root=args.artifact_root)
+    print(f"imported {len(imported)} runs/tables into {args.tracking_uri}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rankrepro", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("replica", help="write a generated replica of a dataset's raw archive")
+    p.add_argument("dataset")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_replica)
+
+    p = sub.add_parser("download", help="download and verify a dataset archive (resumable)")
+    p.add_argument("dataset")
+    p.add_argument("--data-root", required=True)
+    p.add_argument("--url")
+    p.add_argument("--checksum", help="md5:<hex> or sha256:<hex>")
+    p.add_argument("--replica-archive", help="download this generated replica (file://) instead")
+    p.set_defaults(func=cmd_download)
+
+    p = sub.add_parser("prepare", help="extract a dataset and write its manifest")
+    p.add_argument("dataset")
+    p.add_argument("--source", required=True, help="the downloaded archive or an already-extracted copy")
+    p.add_argument("--data-root", required=True)
+    p.add_argument("--out", required=True, help="manifest directory")
+    p.add_argument("--replica", action="store_true", help="the source is a generated replica")
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("write-run", help="write a resolved run's JSON")
+    p.add_argument("--run", required=True, help="the run as JSON text")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_write_run)
+
+    for name, func, help_text in (("train", cmd_train, "train one run (resumes from its checkpoint)"),
+                                  ("evaluate", cmd_evaluate, "evaluate one trained run")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--run", required=True, help="results/runs/<run_id>/run.json")
+        p.add_argument("--manifest", required=True, help="manifest directory")
+        p.add_argument("--device", default="auto")
+        p.add_argument("--num-workers", type=int, default=0)
+        p.add_argument("--threads", type=int, default=None)
+        p.add_argument("--no-progress", action="store_true")
+        p.set_defaults(func=func)
+        if name == "evaluate":
+            p.add_argument("--model", required=True)
+            p.add_argument("--out", required=True)
+            p.add_argument("--batch-size", type=int, default=256)
+
+    p = sub.add_parser("table", help="render a paper table (paper vs ours)")
+    p.add_argument("paper")
+    p.add_argument("table")
+    p.add_argument("--runs-dir", required=True)
+    p.add_argument("--out-prefix", required=True)
+    p.add_argument("--overrides", help="the config's run_overrides as JSON")
+    p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("track", help="import finished runs and tables into MLflow")
+    p.add_argument("--runs", nargs="*", default=[], help="run directories")
+    p.add_argument("--tables", nargs="*", default=[], help="table path prefixes (without suffix)")
+    p.add_argument("--tracking-uri", required=True)
+    p.add_argument("--experiment", required=True)
+    p.add_argument("--artifact-root")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_track)
+
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.func(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

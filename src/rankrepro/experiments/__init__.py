@@ -1,0 +1,1 @@
+"""Paper setups as data, and their resolution into runs with stable ids."""

@@ -1,0 +1,44 @@
+"""Global pooling of a [B, C, H, W] feature map into [B, C]."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class GeM(nn.Module):
+    """Generalised mean pooling: (mean_hw x^p)^(1/p), with a learnable p (Radenović et al.)."""
+
+    def __init__(self, p: float = 3.0, eps: float = 1e-6, learnable: bool = True):
+        super().__init__()
+        p_tensor = torch.tensor(float(p))
+        self.p = nn.Parameter(p_tensor) if learnable else p_tensor
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.p.to(x.dtype)
+        return x.clamp(min=self.eps).pow(p).mean(dim=(-2, -1)).pow(1.0 / p)
+
+
+class AvgPool(nn.Module):
+    """Average over the spatial positions."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=(-2, -1))
+
+
+class MaxPool(nn.Module):
+    """Maximum over the spatial positions."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.adaptive_max_pool2d(x, 1).flatten(1)
+
+
+POOLINGS = {"avg": AvgPool, "max": MaxPool, "gem": GeM}
+
+
+def build_pooling(name: str) -> nn.Module:
+    if name not in POOLINGS:
+        raise ValueError(f"unknown pooling {name!r}; allowed: {sorted(POOLINGS)}")
+    return POOLINGS[name]()

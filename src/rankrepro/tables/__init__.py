@@ -1,0 +1,1 @@
+"""Paper tables: specs (paper numbers + cell -> run mapping) and their rendering."""

@@ -1,0 +1,143 @@
+"""MLflow import of finished runs (a single writer, so parallel jobs never race).
+
+Training and evaluation jobs write plain files (``run.json``, ``history.csv``,
+``metrics.json``); one local Snakemake rule calls :func:`import_runs`, which
+mirrors them into MLflow: params (the flattened run), per-epoch metrics (step =
+epoch), final metrics, and the files as artifacts; each rendered table becomes a
+run of its own with its files as artifacts. Importing is idempotent: a run whose
+files did not change is kept, a changed one is replaced.
+
+``tracking_uri`` is any MLflow URI: ``sqlite:///relative/path.db`` (resolved
+against the working directory), ``sqlite:////absolute.db`` or ``http://host:port``
+of an ``mlflow server``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+import time
+from pathlib import Path
+
+from rankrepro.io import atomic_write_json
+
+RUN_TAG = "rankrepro.run_id"
+HASH_TAG = "rankrepro.content_hash"
+
+
+def resolve_tracking_uri(uri: str) -> str:
+    """Make a relative ``sqlite:///`` path absolute (each job may have another working directory)."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+        path = Path(uri[len(prefix):]).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return prefix + str(path)
+    return uri
+
+
+def metric_key(name: str) -> str:
+    """MLflow metric names cannot hold '@': ``R@1`` -> ``R_at_1``."""
+    return re.sub(r"[^0-9A-Za-z_\-. /:]", "_", name.replace("@", "_at_"))
+
+
+def flatten(obj, prefix: str = "") -> dict[str, str]:
+    """{"a": {"b": 1}} -> {"a.b": "1"}; lists become their JSON text."""
+    if isinstance(obj, dict):
+        out = {}
+        for key, value in obj.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: json.dumps(obj) if isinstance(obj, (list, tuple)) else str(obj)}
+
+
+def _content_hash(paths: list[Path]) -> str:
+    digest = hashlib.sha1()
+    for path in paths:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _experiment_id(client, name: str, artifact_root: Path | None) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    location = artifact_root.resolve().as_uri() if artifact_root is not None else None
+    return client.create_experiment(name, artifact_location=location)
+
+
+def _replace_or_keep(client, exp_id: str, key: str, content_hash: str) -> str | None:
+    """The id of an up-to-date MLflow run for ``key``; stale ones are deleted."""
+    kept = None
+    for existing in client.search_runs([exp_id], filter_string=f"tags.`{RUN_TAG}` = '{key}'"):
+        if kept is None and existing.data.tags.get(HASH_TAG) == content_hash:
+            kept = existing.info.run_id
+        else:
+            client.delete_run(existing.info.run_id)
+    return kept
+
+
+def _import_run(client, exp_id: str, run_dir: Path) -> str:
+    from mlflow.entities import Metric, Param, RunTag
+
+    files = [run_dir / "run.json", run_dir / "history.csv", run_dir / "metrics.json"]
+    key = run_dir.name
+    content_hash = _content_hash(files)
+    kept = _replace_or_keep(client, exp_id, key, content_hash)
+    if kept:
+        return kept
+    run_cfg = json.loads(files[0].read_text())
+    result = json.loads(files[2].read_text())
+    tags = {RUN_TAG: key, HASH_TAG: content_hash, "dataset": run_cfg["dataset"], "loss": run_cfg["loss"]["name"],
+            "replica": str(result.get("replica", False))}
+    mlrun = client.create_run(exp_id, run_name=key, tags=tags)
+    rid = mlrun.info.run_id
+    now = int(time.time() * 1000)
+    params = [Param(k, v[:6000]) for k, v in flatten(run_cfg).items()]
+    metrics = []
+    with files[1].open() as fh:
+        for row in csv.DictReader(fh):
+            step = int(row["epoch"])
+            for name in ("loss", "lr_backbone", "lr_head", "seconds", "images_per_s"):
+                metrics.append(Metric(f"train/{name}", float(row[name]), now, step))
+    metrics += [Metric(metric_key(k), float(v), now, 0) for k, v in result["metrics"].items()]
+    for i in range(0, len(params), 100):
+        client.log_batch(rid, params=params[i:i + 100])
+    for i in range(0, len(metrics), 1000):
+        client.log_batch(rid, metrics=metrics[i:i + 1000], tags=[RunTag("kind", "run")] if i == 0 else [])
+    for path in files:
+        client.log_artifact(rid, str(path))
+    client.set_terminated(rid)
+    return rid
+
+
+def _import_table(client, exp_id: str, prefix: Path) -> str:
+    files = [prefix.with_suffix(s) for s in (".md", ".csv", ".tex")]
+    key = f"table:{prefix.parent.name}/{prefix.name}"
+    content_hash = _content_hash(files)
+    kept = _replace_or_keep(client, exp_id, key, content_hash)
+    if kept:
+        return kept
+    mlrun = client.create_run(exp_id, run_name=key, tags={RUN_TAG: key, HASH_TAG: content_hash, "kind": "table"})
+    for path in files:
+        client.log_artifact(mlrun.info.run_id, str(path), artifact_path="table")
+    client.set_terminated(mlrun.info.run_id)
+    return mlrun.info.run_id
+
+
+def import_runs(run_dirs: list[str | Path], table_prefixes: list[str | Path], tracking_uri: str, experiment: str,
+                out_path: str | Path, artifact_root: str | Path | None = None) -> dict:
+    """Mirror finished runs and rendered tables into MLflow; write {key: mlflow run id} to ``out_path``."""
+    from mlflow.tracking import MlflowClient
+
+    uri = resolve_tracking_uri(tracking_uri)
+    client = MlflowClient(tracking_uri=uri)
+    root = Path(artifact_root) if artifact_root and uri.startswith("sqlite:") else None
+    exp_id = _experiment_id(client, experiment, root)
+    imported = {Path(d).name: _import_run(client, exp_id, Path(d)) for d in run_dirs}
+    for prefix in table_prefixes:
+        prefix = Path(prefix)
+        imported[f"table:{prefix.parent.name}/{prefix.name}"] = _import_table(client, exp_id, prefix)
+    atomic_write_json(out_path, {"tracking_uri": uri, "experiment_id": exp_id, "runs": imported})
+    return imported

@@ -1,0 +1,57 @@
+# download -> prepare (manifest). A replica dataset is generated first and then goes
+# through the same download (file://, checksum-verified) and prepare code as the real one.
+
+
+rule replica:
+    output:
+        archive=f"{DATA_ROOT}/replicas/{{dataset}}/{{archive}}",
+        checksum=f"{DATA_ROOT}/replicas/{{dataset}}/{{archive}}.sha256",
+    log:
+        "results/logs/replica/{dataset}/{archive}.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    shell:
+        "python -m rankrepro replica {wildcards.dataset} --out {output.archive} > {log} 2>&1"
+
+
+rule download:
+    input:
+        download_input,
+    output:
+        f"{DATA_ROOT}/downloads/{{dataset}}/{{archive}}",
+    params:
+        args=download_args,
+    log:
+        "results/logs/download/{dataset}/{archive}.log",
+    conda:
+        "../../envs/data.yaml"
+    retries: 3
+    resources:
+        mem_mb=2000,
+        runtime=24 * 60,
+    shell:
+        "python -m rankrepro download {wildcards.dataset} --data-root {DATA_ROOT} {params.args} > {log} 2>&1"
+
+
+rule prepare:
+    input:
+        prepare_input,
+    output:
+        manifest="results/manifests/{dataset}/manifest.csv",
+        meta="results/manifests/{dataset}/meta.json",
+    params:
+        source=prepare_source,
+        flags=prepare_flags,
+    log:
+        "results/logs/prepare/{dataset}.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        mem_mb=8000,
+        runtime=6 * 60,
+    shell:
+        "python -m rankrepro prepare {wildcards.dataset} --source {params.source} --data-root {DATA_ROOT}"
+        " --out $(dirname {output.meta}) {params.flags} > {log} 2>&1"

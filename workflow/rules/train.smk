@@ -1,0 +1,39 @@
+# One job per resolved run. A retried job resumes from results/runs/<id>/checkpoint.pt.
+
+
+rule run_config:
+    output:
+        "results/runs/{run_id}/run.json",
+    params:
+        run=run_json,
+    log:
+        "results/logs/run_config/{run_id}.log",
+    conda:
+        "../../envs/train.yaml"
+    localrule: True
+    shell:
+        "python -m rankrepro write-run --run {params.run:q} --out {output} > {log} 2>&1"
+
+
+rule train:
+    input:
+        run="results/runs/{run_id}/run.json",
+        manifest=run_manifest,
+    output:
+        model="results/runs/{run_id}/model.pt",
+        history="results/runs/{run_id}/history.csv",
+    params:
+        device=RUNTIME["device"],
+        workers=RUNTIME["num_workers"],
+    log:
+        "results/logs/train/{run_id}.log",
+    conda:
+        "../../envs/train.yaml"
+    threads: 8
+    resources:
+        gpu=1,
+        mem_mb=64000,
+        runtime=48 * 60,
+    shell:
+        "python -m rankrepro train --run {input.run} --manifest $(dirname {input.manifest})"
+        " --device {params.device} --num-workers {params.workers} --threads {threads} > {log} 2>&1"
