@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -9,7 +10,6 @@ import pytest
 import torch
 
 from rankrepro.metrics import knn, knn_chunks, retrieval_metrics
-import importlib
 
 knn_mod = importlib.import_module("rankrepro.metrics.knn")  # the name `knn` is the function
 
@@ -144,6 +144,9 @@ def test_knn_matches_brute_force_and_chunking():
     s2, i2 = knn(torch.from_numpy(x), 7, chunk_size=50)
     np.testing.assert_array_equal(i2, expect)
     assert all(n not in i2[n] for n in range(len(x)))
+    chunks = list(knn_chunks(x, 7, chunk_size=50))
+    assert [c[0] for c in chunks] == list(range(0, 257, 50))
+    np.testing.assert_array_equal(np.concatenate([c[2] for c in chunks]), expect)
 
 
 def test_knn_gallery_mode_and_cap():

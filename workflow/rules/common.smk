@@ -51,6 +51,11 @@ def download_args(wildcards):
     return " ".join(a for a in args if a)
 
 
+def download_data_root(wildcards, output):
+    """data_root, from the download's output path <data_root>/downloads/<dataset>/<archive>."""
+    return str(Path(output[0]).parents[2])
+
+
 def prepare_input(wildcards):
     """The downloaded archive, or nothing when an extracted copy is configured."""
     return [] if dataset_cfg(wildcards.dataset)["extracted"] else [archive_path(wildcards.dataset)]

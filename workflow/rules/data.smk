@@ -24,6 +24,7 @@ rule download:
         f"{DATA_ROOT}/downloads/{{dataset}}/{{archive}}",
     params:
         args=download_args,
+        data_root=download_data_root,
     log:
         "results/logs/download/{dataset}/{archive}.log",
     conda:
@@ -33,7 +34,7 @@ rule download:
         mem_mb=2000,
         runtime=24 * 60,
     shell:
-        "python -m rankrepro download {wildcards.dataset} --data-root {DATA_ROOT} {params.args} > {log} 2>&1"
+        "python -m rankrepro download {wildcards.dataset} --data-root {params.data_root} {params.args} > {log} 2>&1"
 
 
 rule prepare:
@@ -45,6 +46,7 @@ rule prepare:
     params:
         source=prepare_source,
         flags=prepare_flags,
+        data_root=DATA_ROOT,
     log:
         "results/logs/prepare/{dataset}.log",
     conda:
@@ -53,5 +55,5 @@ rule prepare:
         mem_mb=8000,
         runtime=6 * 60,
     shell:
-        "python -m rankrepro prepare {wildcards.dataset} --source {params.source} --data-root {DATA_ROOT}"
+        "python -m rankrepro prepare {wildcards.dataset} --source {params.source} --data-root {params.data_root}"
         " --out $(dirname {output.meta}) {params.flags} > {log} 2>&1"

@@ -159,14 +159,14 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
             seen += len(images)
             total += loss.item() * len(images)
             bar.set_postfix(loss=f"{loss.item():.4f}")
-        if not frozen:
-            scheduler.step()
         seconds = time.perf_counter() - t0
         history.append({
             "epoch": epoch + 1, "loss": total / max(seen, 1), "lr_backbone": _lr(optimizer, "backbone"),
             "lr_head": _lr(optimizer, "head"), "seconds": round(seconds, 3),
             "images_per_s": round(seen / seconds, 2) if seconds > 0 else math.nan, "backbone_frozen": frozen,
         })
+        if not frozen:
+            scheduler.step()
         print(f"epoch {epoch + 1}: loss {history[-1]['loss']:.5f}, {history[-1]['images_per_s']} images/s",
               file=sys.stderr)
         save_checkpoint(ckpt_path, run_id=run_id, epoch=epoch, model=model.state_dict(),

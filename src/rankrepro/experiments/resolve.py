@@ -19,10 +19,15 @@ import yaml
 
 
 def deep_merge(base: dict, override: dict) -> dict:
-    """A copy of ``base`` with ``override`` merged in, recursively for dicts."""
+    """A copy of ``base`` with ``override`` merged in, recursively for dicts.
+
+    A block that names a component (``{"name": ...}``: sampler, loss, schedule ...)
+    is replaced whole when the override names another component.
+    """
     out = copy.deepcopy(base)
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if (isinstance(value, dict) and isinstance(out.get(key), dict)
+                and value.get("name", out[key].get("name")) == out[key].get("name")):
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)

@@ -150,9 +150,8 @@ class SmoothAP(torch.nn.Module):
         pos_mask = pos_mask[q_idx]
         n_pos = n_pos[q_idx]
         p_max = int(n_pos.max())
-        # column indices of each query's positives first (stable: in index order)
-        order = torch.sort(pos_mask.to(torch.uint8), dim=1, descending=True, stable=True).indices
-        pos_idx = order[:, :p_max]  # [Q, P_max]
+        # column indices of each query's positives (any order), padded with non-positives
+        pos_idx = torch.topk(pos_mask.to(torch.uint8), p_max, dim=1).indices  # [Q, P_max]
         pos_valid = torch.arange(p_max, device=emb.device).unsqueeze(0) < n_pos.unsqueeze(1)
 
         sims = emb[q_idx] @ ref.T  # [Q, N]

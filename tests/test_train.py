@@ -1,0 +1,119 @@
+"""Training on a generated SOP replica: exact resume, warm-up, NaN stop, evaluation."""
+
+import json
+
+import pytest
+import torch
+
+from rankrepro.data.datasets import sop
+from rankrepro.data.replicas import make_sop_replica
+from rankrepro.engine import train as train_module
+from rankrepro.engine.evaluate import evaluate
+from rankrepro.engine.train import NonFiniteLossError, train
+from rankrepro.experiments.resolve import resolve_run
+
+
+@pytest.fixture(scope="module")
+def manifest_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sop")
+    archive = root / "replica.zip"
+    make_sop_replica(archive, classes_per_super=2, images_per_class=(4, 4), image_size=16)
+    sop.prepare(archive, root / "manifest", data_root=root / "data", replica=True)
+    return root / "manifest"
+
+
+def tiny_run(**overrides):
+    base = {
+        "model": {"backbone": "resnet_tiny", "pretrained": "none", "embed_dim": 8},
+        "images": {"train_resize": 20, "train_crop": 16, "test_resize": [18, 18], "test_crop": 16},
+        "sampler": {"name": "m_per_class", "batch_size": 16, "samples_per_class": 4},
+        "epochs": 2, "warmup_epochs": 0, "amp": "none",
+    }
+    return resolve_run("suprank_sop", {"name": "smooth_ap", "tau": 0.01}, {**base, **overrides})
+
+
+class Interrupt(Exception):
+    pass
+
+
+def _stop_after_first_epoch(epoch):
+    if epoch == 0:
+        raise Interrupt
+
+
+def _weights(path):
+    return torch.load(path, weights_only=False)["state_dict"]
+
+
+def test_resume_after_an_interruption_is_exact(tmp_path, manifest_dir):
+    run = tiny_run()
+    straight = train(run, manifest_dir, tmp_path / "a", run_id="r", progress=False)
+    with pytest.raises(Interrupt):
+        train(run, manifest_dir, tmp_path / "b", run_id="r", progress=False, on_epoch_end=_stop_after_first_epoch)
+    assert (tmp_path / "b" / "checkpoint.pt").exists() and not (tmp_path / "b" / "model.pt").exists()
+    resumed = train(run, manifest_dir, tmp_path / "b", run_id="r", progress=False)
+    a, b = _weights(straight), _weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not (tmp_path / "b" / "checkpoint.pt").exists()
+    history = (tmp_path / "b" / "history.csv").read_text().splitlines()
+    assert history[0].startswith("epoch,loss") and len(history) == 3
+
+
+def test_checkpoint_of_another_run_is_refused(tmp_path, manifest_dir):
+    with pytest.raises(Interrupt):
+        train(tiny_run(), manifest_dir, tmp_path, run_id="r1", progress=False, on_epoch_end=_stop_after_first_epoch)
+    with pytest.raises(RuntimeError, match="belongs to run"):
+        train(tiny_run(), manifest_dir, tmp_path, run_id="r2", progress=False)
+
+
+def test_warmup_freezes_the_backbone_and_pauses_the_schedule(tmp_path, manifest_dir):
+    run = tiny_run(epochs=1, warmup_epochs=1)
+    from rankrepro.engine.train import seed_everything
+    from rankrepro.models import build_model
+
+    seed_everything(run["seed"])
+    initial = build_model(run["model"]).state_dict()
+    trained = _weights(train(run, manifest_dir, tmp_path, run_id="w", progress=False))
+    backbone = [k for k in initial if k.startswith("backbone.") and "running" not in k and "num_batches" not in k]
+    head = [k for k in initial if k.startswith("head.")]
+    assert all(torch.equal(initial[k], trained[k]) for k in backbone)
+    assert any(not torch.equal(initial[k], trained[k]) for k in head)
+    row = (tmp_path / "history.csv").read_text().splitlines()[1].split(",")
+    assert row[-1] == "True" and float(row[2]) == run["optimizer"]["lr_backbone"]
+
+
+class ExplodingLoss(torch.nn.Module):
+    """Finite during the first epoch, NaN afterwards."""
+
+    def __init__(self, finite_calls):
+        super().__init__()
+        self.calls, self.finite_calls = 0, finite_calls
+
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
+        self.calls += 1
+        value = embeddings.sum() * 0
+        return value if self.calls <= self.finite_calls else value + float("nan")
+
+
+def test_nan_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(tmp_path, manifest_dir, monkeypatch):
+    run = tiny_run()
+    from rankrepro.data.manifest import read_manifest
+    from rankrepro.data.samplers import build_sampler
+
+    batches = len(build_sampler(run["sampler"], read_manifest(manifest_dir).split("train").labels(), 0))
+    monkeypatch.setattr(train_module.losses, "build", lambda **_: ExplodingLoss(batches))
+    with pytest.raises(NonFiniteLossError, match=r"loss became nan at epoch 2.*checkpoint"):
+        train(run, manifest_dir, tmp_path, run_id="n", progress=False)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert state["epoch"] == 0 and not (tmp_path / "model.pt").exists()
+
+
+def test_evaluate_writes_metrics(tmp_path, manifest_dir):
+    run = tiny_run(epochs=1)
+    model = train(run, manifest_dir, tmp_path, run_id="e", progress=False)
+    result = evaluate(run, manifest_dir, model, tmp_path / "metrics.json", run_id="e", progress=False)
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved == json.loads(json.dumps(result))
+    assert saved["replica"] is True and saved["dataset"] == "sop"
+    assert {"R@1", "R@10", "mAP@R"} <= set(saved["metrics"])
+    assert 0.0 <= saved["metrics"]["mAP@R"] <= saved["metrics"]["R@10"] <= 1.0
