@@ -104,3 +104,24 @@ def test_demo_profile_end_to_end(tmp_path):
     assert run_dir.name in names and "table:suprank/table1" in names
     again = smk(wf, "--cores", "2", "--profile", "profiles/demo")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+def _requirement_names(specs):
+    import re
+
+    return {re.split(r"[<>=!~ \[]", s, maxsplit=1)[0].lower() for s in specs}
+
+
+def test_conda_envs_agree_with_pyproject():
+    import tomllib
+
+    import yaml
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = {s.split(">=")[0].lower(): s for s in declared}
+    for env_file in (REPO / "envs").glob("*.yaml"):
+        env = yaml.safe_load(env_file.read_text())
+        pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+        assert _requirement_names(pip) <= set(pins), env_file.name
+        assert all(spec in declared for spec in pip), env_file.name  # same lower bounds
+        assert (REPO / "envs" / f"{env_file.stem}.post-deploy.sh").exists()

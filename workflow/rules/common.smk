@@ -1,5 +1,6 @@
 # Helpers only (no rules): config validation, the planned runs, input functions.
 import json
+from importlib import resources
 from pathlib import Path
 
 from snakemake.utils import validate
@@ -83,6 +84,11 @@ def run_json(wildcards):
 
 def table_metrics(wildcards):
     return [f"results/runs/{rid}/metrics.json" for rid in TABLE_RUNS[(wildcards.paper, wildcards.table)]]
+
+
+def table_spec(wildcards):
+    """The spec file inside the installed package (so editing it re-renders the table)."""
+    return str(resources.files("rankrepro.tables").joinpath("specs", wildcards.paper, f"{wildcards.table}.yaml"))
 
 
 def table_outputs():

@@ -3,7 +3,8 @@
 
 rule table:
     input:
-        table_metrics,
+        spec=table_spec,
+        metrics=table_metrics,
     output:
         md="results/tables/{paper}/{table}.md",
         csv="results/tables/{paper}/{table}.csv",
