@@ -88,6 +88,12 @@ def cmd_track(args) -> None:
     print(f"imported {len(imported)} runs/tables into {args.tracking_uri}")
 
 
+def cmd_bench(args) -> None:
+    import importlib
+
+    importlib.import_module(f"rankrepro.bench.{args.what}").main(args.out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rankrepro", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_track)
 
+    p = sub.add_parser("bench", help="benchmarks that write results/bench/<what>.md")
+    p.add_argument("what", choices=["losses", "metrics"])
+    p.add_argument("--out", default="results/bench")
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -137,6 +137,8 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
         model.backbone.requires_grad_(not frozen)
         model.train()
         sampler.set_epoch(epoch)
+        if hasattr(criterion, "set_epoch"):
+            criterion.set_epoch(epoch)
         generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,))))
         loader = DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, generator=generator,
                             pin_memory=dev.type == "cuda", persistent_workers=False)

@@ -3,6 +3,8 @@
 Every loss is called as ``loss(embeddings, labels, ref_embeddings=None, ref_labels=None)``
 and returns a scalar tensor: embeddings [B, D] L2-normalised; labels [B] or [B, L]
 (column 0 = finest level is used); the optional reference set (memory bank) is detached.
+When the reference set comes from :class:`rankrepro.losses.memory.MemoryLoss` it starts
+with the current batch (indices 0..B-1), followed by the memory.
 
 Importing this package imports every module in it (except ``registry``) so that each
 ``@register``-ed loss is available through :func:`build` / :func:`names`.

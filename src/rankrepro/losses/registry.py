@@ -65,8 +65,19 @@ def _allowed_hparams(cls: type) -> tuple[list[str], bool]:
     return allowed, var_kw
 
 
-def build(name: str, **hparams) -> torch.nn.Module:
-    """Instantiate the loss registered as ``name`` with keyword hyper-parameters."""
+def build(name: str, memory: dict | None = None, **hparams) -> torch.nn.Module:
+    """Instantiate the loss registered as ``name`` with keyword hyper-parameters.
+
+    ``memory`` (``{"size": N, "warmup_epochs": E}``) wraps it in a cross-batch
+    memory (:class:`rankrepro.losses.memory.MemoryLoss`).
+    """
+    if memory is not None:
+        from .memory import MemoryLoss
+
+        unknown = sorted(set(memory) - {"size", "warmup_epochs"})
+        if unknown:
+            raise HyperParameterError(f"memory got unknown key(s) {unknown}; allowed: size, warmup_epochs")
+        return MemoryLoss(build(name, **hparams), **memory)
     cls = get(name)
     allowed, var_kw = _allowed_hparams(cls)
     if not var_kw:
