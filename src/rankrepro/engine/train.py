@@ -46,6 +46,19 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def build_loss(cfg: dict, labels: np.ndarray, embed_dim: int):
+    """Build the run's loss, giving it the training set's sizes when its signature asks:
+    ``num_classes`` (finest level), ``num_classes_per_level`` (finest first) and
+    ``embedding_size`` (for proxy-based losses)."""
+    sizes = {"num_classes": int(labels[:, 0].max()) + 1,
+             "num_classes_per_level": [int(c) + 1 for c in labels.max(axis=0)],
+             "embedding_size": embed_dim}
+    cfg = dict(cfg)
+    accepted = losses.accepted_hparams(cfg["name"])
+    cfg.update({k: v for k, v in sizes.items() if k in accepted and k not in cfg})
+    return losses.build(**cfg)
+
+
 def build_optimizer(cfg: dict, model, criterion) -> torch.optim.Optimizer:
     """One optimizer, param groups ``backbone``, ``head`` and (if any) ``loss``."""
     groups = [
@@ -108,10 +121,10 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
 
     seed_everything(run["seed"])
     manifest = read_manifest(manifest_dir).split(run.get("train_split", "train"))
-    dataset = ImageDataset(manifest, train_transform(run["images"]))
-    sampler = build_sampler(run["sampler"], manifest.labels(), seed=run["seed"])
+    dataset = ImageDataset(manifest, train_transform(run["images"]), contiguous=True)
+    sampler = build_sampler(run["sampler"], dataset.labels.numpy(), seed=run["seed"])
     model = build_model(run["model"]).to(dev)
-    criterion = losses.build(**run["loss"]).to(dev)
+    criterion = build_loss(run["loss"], dataset.labels.numpy(), run["model"]["embed_dim"]).to(dev)
     optimizer = build_optimizer(run["optimizer"], model, criterion)
     scheduler = build_scheduler(run["schedule"], optimizer, run["epochs"])
     scaler = grad_scaler(dev, amp)

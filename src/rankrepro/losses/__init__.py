@@ -13,7 +13,7 @@ Importing this package imports every module in it (except ``registry``) so that 
 import importlib
 import pkgutil
 
-from .registry import build, get, names, register
+from .registry import accepted_hparams, build, get, names, register
 
 for _m in pkgutil.iter_modules(__path__):
     if _m.name != "registry" and not _m.name.startswith("_"):
@@ -22,4 +22,4 @@ del _m
 
 from .smooth_ap import SmoothAP  # noqa: E402
 
-__all__ = ["build", "get", "names", "register", "SmoothAP"]
+__all__ = ["accepted_hparams", "build", "get", "names", "register", "SmoothAP"]

@@ -12,7 +12,7 @@ from typing import Callable, TypeVar
 
 import torch
 
-__all__ = ["register", "build", "names", "get", "HyperParameterError"]
+__all__ = ["register", "build", "names", "get", "accepted_hparams", "HyperParameterError"]
 
 _REGISTRY: dict[str, type] = {}
 
@@ -63,6 +63,11 @@ def _allowed_hparams(cls: type) -> tuple[list[str], bool]:
         p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     ]
     return allowed, var_kw
+
+
+def accepted_hparams(name: str) -> list[str]:
+    """The hyper-parameter names the loss registered as ``name`` accepts."""
+    return _allowed_hparams(get(name))[0]
 
 
 def build(name: str, memory: dict | None = None, **hparams) -> torch.nn.Module:
