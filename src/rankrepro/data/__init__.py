@@ -1,0 +1,1 @@
+"""Datasets: download, verify, extract and turn into manifests."""

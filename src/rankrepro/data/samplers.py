@@ -1,0 +1,111 @@
+"""Batch samplers. Each yields lists of indices, one list per batch, and is
+deterministic given ``(seed, epoch)`` so that a resumed run sees the same batches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pytorch_metric_learning.samplers import HierarchicalSampler as PMLHierarchicalSampler
+from pytorch_metric_learning.utils import common_functions as pml_cf
+
+
+class MPerClassBatchSampler:
+    """The m-per-class batches of the Smooth-AP / FastAP / SupRank code.
+
+    Each epoch: shuffle the images inside each class, then shuffle the class order.
+    Each pass over the classes builds one batch from the first ``batch_size // m``
+    classes that still have at least ``m`` unused images, taking ``m`` from each.
+    The epoch ends when a pass cannot fill a batch (left-over images are dropped
+    for that epoch); the batches are then shuffled. Classes in a batch are distinct.
+    """
+
+    def __init__(self, labels, batch_size: int, samples_per_class: int, seed: int = 0):
+        labels = np.asarray(labels)
+        labels = labels[:, 0] if labels.ndim == 2 else labels
+        if batch_size % samples_per_class:
+            raise ValueError(f"batch_size {batch_size} is not a multiple of samples_per_class {samples_per_class}")
+        self.m = samples_per_class
+        self.classes_per_batch = batch_size // samples_per_class
+        self.by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+        self.seed = seed
+        self.epoch = 0
+        if sum(len(ix) >= self.m for ix in self.by_class) < self.classes_per_batch:
+            raise ValueError(f"fewer than {self.classes_per_batch} classes have {self.m} images: cannot fill one batch")
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _batches(self) -> list[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        pools = [list(rng.permutation(ix)) for ix in self.by_class]
+        order = rng.permutation(len(pools))
+        batches = []
+        while True:
+            batch, used = [], 0
+            for c in order:
+                if len(pools[c]) >= self.m:
+                    batch += [int(i) for i in pools[c][: self.m]]
+                    del pools[c][: self.m]
+                    used += 1
+                    if used == self.classes_per_batch:
+                        break
+            if used < self.classes_per_batch:
+                break
+            batches.append(batch)
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def __iter__(self):
+        return iter(self._batches())
+
+    def __len__(self) -> int:
+        return len(self._batches())
+
+
+class HierarchicalBatchSampler:
+    """pytorch-metric-learning's HierarchicalSampler (the FastAP super-class batches).
+
+    For every pair of super-classes it builds ``batches_per_super_tuple`` batches,
+    each half from one super-class and half from the other, ``samples_per_class``
+    images per class. PML draws from the global numpy RNG; we give it a
+    ``RandomState(seed, epoch)`` for each epoch and restore the global one after.
+    """
+
+    def __init__(self, labels, batch_size: int, samples_per_class: int, batches_per_super_tuple: int = 5,
+                 super_classes_per_batch: int = 2, seed: int = 0):
+        labels = np.asarray(labels)
+        if labels.ndim != 2 or labels.shape[1] < 2:
+            raise ValueError("the hierarchical sampler needs [N, >=2] labels (class, super-class)")
+        self.kwargs = dict(labels=labels[:, :2], batch_size=batch_size, samples_per_class=samples_per_class,
+                           batches_per_super_tuple=batches_per_super_tuple,
+                           super_classes_per_batch=super_classes_per_batch, inner_label=0, outer_label=1)
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _batches(self) -> list[list[int]]:
+        saved = pml_cf.NUMPY_RANDOM
+        pml_cf.NUMPY_RANDOM = np.random.RandomState([self.seed, self.epoch])
+        try:
+            sampler = PMLHierarchicalSampler(**self.kwargs)
+            return [[int(i) for i in b] for b in sampler.batches]
+        finally:
+            pml_cf.NUMPY_RANDOM = saved
+
+    def __iter__(self):
+        return iter(self._batches())
+
+    def __len__(self) -> int:
+        return len(self._batches())
+
+
+SAMPLERS = {"m_per_class": MPerClassBatchSampler, "hierarchical": HierarchicalBatchSampler}
+
+
+def build_sampler(cfg: dict, labels, seed: int):
+    cfg = dict(cfg)
+    name = cfg.pop("name")
+    if name not in SAMPLERS:
+        raise ValueError(f"unknown sampler {name!r}; allowed: {sorted(SAMPLERS)}")
+    return SAMPLERS[name](labels, seed=seed, **cfg)
