@@ -1,0 +1,390 @@
+"""Tests for rankrepro.losses.blackbox (RaMBO ranking, rambo_recall, rambo_map, blackbox_ap)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from sklearn.metrics import average_precision_score
+
+from rankrepro.losses import build, names
+from rankrepro.losses.blackbox import BlackBoxAPLoss, RaMBOMapLoss, RaMBORecallLoss, blackbox_rank, exact_ranks
+
+LOSSES = ("rambo_recall", "rambo_map", "blackbox_ap")
+
+
+def unit(b, d, seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return F.normalize(torch.randn(b, d, generator=g, dtype=torch.float64), dim=1).to(dtype)
+
+
+def uneven_labels(seed, sizes=(1, 2, 3, 5, 4, 7, 2)):
+    y = torch.cat([torch.full((s,), c) for c, s in enumerate(sizes)])
+    g = torch.Generator().manual_seed(seed)
+    return y[torch.randperm(len(y), generator=g)]
+
+
+def count_ranks(x):
+    """Independent exact ranks: 1 + #{j: x_j > x_i} + #{j < i: x_j == x_i} (row-wise)."""
+    gt = (x.unsqueeze(1) > x.unsqueeze(2)).sum(-1)
+    n = x.shape[1]
+    earlier_tie = ((x.unsqueeze(1) == x.unsqueeze(2)) & torch.ones(n, n, dtype=torch.bool).tril(-1)).sum(-1)
+    return 1 + gt + earlier_tie
+
+
+def score_rows(rows, ref_labels):
+    """Identity trick: with ref = I, the query embeddings ARE the score rows."""
+    s = torch.tensor(rows, dtype=torch.float32)
+    return s, torch.eye(s.shape[1]), torch.as_tensor(ref_labels)
+
+
+def finite_lambda_grad(y, lam, loss_of_ranks):
+    """-(rk(y) - rk(y + lam * g)) / (n lam) with g = dL/d(normalised ranks), all computed here."""
+    n = y.shape[1]
+    R = (count_ranks(y).double() / n).requires_grad_()
+    (g,) = torch.autograd.grad(loss_of_ranks(R), R)
+    y_lam = y.double() + lam * g
+    return -(count_ranks(y.double()) - count_ranks(y_lam)).double() / (n * lam)
+
+
+def rank_plus(R, rel):
+    """1 + number of positives with a smaller rank (exact)."""
+    return (rel.unsqueeze(1) & (R.unsqueeze(1) <= R.unsqueeze(2))).sum(-1).double()
+
+
+# ------------------------------------------------------------------------ ranking core
+
+
+def test_exact_ranks_hand_computed():
+    assert exact_ranks(torch.tensor([[0.3, 0.9, 0.1, 0.5]])).tolist() == [[3, 1, 4, 2]]
+    assert exact_ranks(torch.tensor([[0.5, 0.7, 0.5, 0.5]])).tolist() == [[2, 1, 3, 4]]  # ties: index order
+    x = torch.randn(5, 17, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(exact_ranks(x), count_ranks(x))
+
+
+@pytest.mark.parametrize("lam", [0.1, 1.0, 4.0, 20.0])
+def test_blackbox_rank_backward_is_the_finite_lambda_interpolation(lam):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 11, generator=g, dtype=torch.float64).requires_grad_()
+    w = torch.randn(3, 11, generator=g, dtype=torch.float64)
+    ranks = blackbox_rank(x, lam)
+    torch.testing.assert_close(ranks, count_ranks(x.detach()).double() / 11)
+    (ranks * w).sum().backward()
+    expected = -(count_ranks(x.detach()) - count_ranks(x.detach() + lam * w)).double() / (11 * lam)
+    torch.testing.assert_close(x.grad, expected)
+    assert x.grad.abs().max() > 0
+
+
+# ------------------------------------------------------------------------- rambo_recall
+
+ROW = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]
+ROW_NEG = [0, 1, 0, 1, 1, 0]  # 0 = the query's label: positives at 0.9, 0.7, 0.4
+
+
+@pytest.mark.parametrize("weight_fn", ["log", "loglog"])
+def test_recall_hand_computed_and_margin(weight_fn):
+    q, ref, ref_y = score_rows([ROW], ROW_NEG)
+    w = (lambda r: math.log1p(r)) if weight_fn == "log" else (lambda r: math.log1p(math.log1p(r)))
+    loss = RaMBORecallLoss(margin=0.0, weight_fn=weight_fn, ref_includes_batch=False)
+    # negatives before each positive: 0, 1, 3
+    assert loss(q, torch.tensor([0]), ref, ref_y).item() == pytest.approx((w(0) + w(1) + w(3)) / 3, abs=1e-6)
+    # margin 0.25: positives -0.125, negatives +0.125 -> .775 .925 .575 .725 .625 .275: r = 1, 3, 3
+    loss_m = RaMBORecallLoss(margin=0.25, weight_fn=weight_fn, ref_includes_batch=False)
+    assert loss_m(q, torch.tensor([0]), ref, ref_y).item() == pytest.approx((w(1) + w(3) + w(3)) / 3, abs=1e-6)
+    # official length bug: r scaled by rows / row length = 1 / 6
+    rows = RaMBORecallLoss(margin=0.0, weight_fn=weight_fn, length="rows", ref_includes_batch=False)
+    expect = (w(0) + w(1 / 6) + w(3 / 6)) / 3
+    assert rows(q, torch.tensor([0]), ref, ref_y).item() == pytest.approx(expect, abs=1e-6)
+
+
+def test_recall_reductions():
+    """pairs: sum over all pairs / #pairs (official); queries: mean of per-query means."""
+    q, ref, ref_y = score_rows([ROW, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]], ROW_NEG)
+    labels = torch.tensor([0, 1])  # query 1's positives: 0.2, 0.4, 0.5 (label 1)
+    # query 0: r = 0, 1, 3; query 1 (positives 0.5, 0.4, 0.2; negatives 0.6, 0.3, 0.1): r = 1, 1, 2
+    w = [math.log1p(r) for r in (0, 1, 3)], [math.log1p(r) for r in (1, 1, 2)]
+    pairs = RaMBORecallLoss(margin=0.0, weight_fn="log", ref_includes_batch=False)(q, labels, ref, ref_y)
+    queries = RaMBORecallLoss(margin=0.0, weight_fn="log", reduction="queries", ref_includes_batch=False)(
+        q, labels, ref, ref_y)
+    assert pairs.item() == pytest.approx(sum(w[0] + w[1]) / 6, abs=1e-6)
+    assert queries.item() == pytest.approx((sum(w[0]) / 3 + sum(w[1]) / 3) / 2, abs=1e-6)
+    # unequal numbers of positives: the two differ
+    ref_y2 = torch.tensor([0, 1, 0, 0, 1, 0])
+    a = RaMBORecallLoss(margin=0.0, ref_includes_batch=False)(q, labels, ref, ref_y2)
+    b = RaMBORecallLoss(margin=0.0, reduction="queries", ref_includes_batch=False)(q, labels, ref, ref_y2)
+    assert abs(a.item() - b.item()) > 1e-3
+
+
+@pytest.mark.parametrize("weight_fn", ["log", "loglog"])
+@pytest.mark.parametrize("lam", [0.5, 4.0])
+def test_recall_backward_matches_finite_lambda(weight_fn, lam):
+    g = torch.Generator().manual_seed(2)
+    n, margin = 16, 0.05
+    s = 0.5 + 0.1 * torch.randn(3, n, generator=g)
+    ref_y = torch.randint(0, 3, (n,), generator=g)
+    labels = torch.tensor([0, 1, 2])
+    rel = ref_y.unsqueeze(0) == labels.unsqueeze(1)
+    y = s.double() - margin * (rel.double() - 0.5)
+    wf = torch.log1p if weight_fn == "log" else (lambda r: torch.log1p(torch.log1p(r)))
+
+    def loss_of_ranks(R):
+        r = (R - rank_plus(R.detach(), rel) / n) * n
+        return torch.where(rel, wf(r), torch.zeros_like(r)).sum() / rel.sum()
+
+    expected = finite_lambda_grad(y, lam, loss_of_ranks)
+    q = s.clone().requires_grad_()
+    loss = RaMBORecallLoss(lambda_val=lam, margin=margin, weight_fn=weight_fn, ref_includes_batch=False)
+    out = loss(q, labels, torch.eye(n), ref_y)
+    out.backward()
+    assert out.item() == pytest.approx(loss_of_ranks(count_ranks(y).double() / n).item(), abs=1e-6)
+    torch.testing.assert_close(q.grad.double(), expected, atol=1e-6, rtol=1e-5)
+    assert q.grad.abs().max() > 0
+
+
+# --------------------------------------------------------------- blackbox_ap / rambo_map
+
+
+def sklearn_one_minus_map(emb, labels, include_query, ref=None, ref_labels=None, ref_has_batch=False):
+    emb = emb.double()
+    own = ref is None or ref_has_batch
+    ref = emb if ref is None else ref.double()
+    ref_labels = labels if ref_labels is None else ref_labels
+    aps = []
+    for q in range(emb.shape[0]):
+        keep = torch.ones(ref.shape[0], dtype=torch.bool)
+        if own and not include_query:
+            keep[q] = False
+        rel = (ref_labels == labels[q])[keep]
+        if int(rel.sum()) - (1 if own and include_query else 0) == 0:
+            continue
+        aps.append(average_precision_score(rel.numpy(), (ref[keep] @ emb[q]).numpy()))
+    return 1 - sum(aps) / len(aps)
+
+
+@pytest.mark.parametrize("include_query", [True, False])
+def test_blackbox_ap_equals_exact_one_minus_ap(include_query):
+    for seed in range(3):
+        y = uneven_labels(seed)
+        e = unit(len(y), 8, seed)
+        got = BlackBoxAPLoss(margin=0.0, include_query=include_query)(e, y).item()
+        assert got == pytest.approx(sklearn_one_minus_map(e, y, include_query), abs=1e-5)
+        got_map = RaMBOMapLoss(margin=0.0, interclass_coef=0.0, include_query=include_query)(e, y).item()
+        assert got_map == pytest.approx(got, abs=1e-6)
+
+
+def test_rambo_map_interclass_term_is_ap_of_all_pairs():
+    """L_APC: AP of all (query, item) scores as one list. In-batch, s_qj == s_jq are exact
+    ties; both sides rank them by (flattened) index, lower first."""
+    y = uneven_labels(4)
+    e = unit(len(y), 8, 4)
+    s = e @ e.T
+    keep = ~torch.eye(len(y), dtype=torch.bool)
+    rel = (y.unsqueeze(0) == y.unsqueeze(1))[keep].unsqueeze(0)
+    R = count_ranks(s[keep].unsqueeze(0)).double()
+    apc = (torch.where(rel, rank_plus(R, rel) / R, torch.zeros_like(R)).sum() / rel.sum()).item()
+    got = RaMBOMapLoss(margin=0.0, interclass_coef=1.0)(e, y).item()
+    assert got == pytest.approx(1 - apc, abs=1e-5)
+    mixed = RaMBOMapLoss(margin=0.0, interclass_coef=1 / 3)(e.float(), y).item()
+    assert mixed == pytest.approx(2 / 3 * sklearn_one_minus_map(e, y, False) + 1 / 3 * (1 - apc), abs=1e-5)
+
+
+def ap_loss_of_ranks(rel):
+    def f(R):
+        rp = rank_plus(R.detach(), rel)
+        prec = torch.where(rel, rp / (R * R.shape[1]), torch.zeros_like(R))
+        return 1 - (prec.sum(1) / rel.sum(1)).mean()
+    return f
+
+
+@pytest.mark.parametrize("lam", [0.5, 4.0])
+@pytest.mark.parametrize("margin", [0.0, 0.04])
+def test_blackbox_ap_backward_matches_finite_lambda(lam, margin):
+    g = torch.Generator().manual_seed(3)
+    n = 15
+    s = 0.5 + 0.1 * torch.randn(4, n, generator=g)
+    ref_y = torch.randint(0, 3, (n,), generator=g)
+    labels = torch.tensor([0, 1, 2, 0])
+    rel = ref_y.unsqueeze(0) == labels.unsqueeze(1)
+    y = s.double() - margin * (rel.double() - 0.5)  # deterministic margin (eq. 14)
+    expected = finite_lambda_grad(y, lam, ap_loss_of_ranks(rel))
+    for cls in (BlackBoxAPLoss, lambda **kw: RaMBOMapLoss(interclass_coef=0.0, **kw)):
+        q = s.clone().requires_grad_()
+        loss = cls(lambda_val=lam, margin=margin, random_margin=False, ref_includes_batch=False)
+        out = loss(q, labels, torch.eye(n), ref_y)
+        out.backward()
+        assert out.item() == pytest.approx(ap_loss_of_ranks(rel)(count_ranks(y).double() / n).item(), abs=1e-6)
+        torch.testing.assert_close(q.grad.double(), expected, atol=1e-6, rtol=1e-5)
+        assert q.grad.abs().max() > 0
+
+
+def test_random_margin_draws_abs_gaussian_per_entry():
+    g = torch.Generator().manual_seed(4)
+    n = 12
+    s = 0.5 + 0.05 * torch.randn(3, n, generator=g)
+    ref_y = torch.randint(0, 2, (n,), generator=g)
+    labels = torch.tensor([0, 1, 0])
+    rel = ref_y.unsqueeze(0) == labels.unsqueeze(1)
+    torch.manual_seed(123)
+    got = BlackBoxAPLoss(margin=0.3, ref_includes_batch=False)(s, labels, torch.eye(n), ref_y)
+    torch.manual_seed(123)
+    y = s - 0.3 * torch.randn(3, n).abs() * (rel.float() - 0.5)
+    expect = ap_loss_of_ranks(rel)(count_ranks(y.double()).double() / n)
+    assert got.item() == pytest.approx(expect.item(), abs=1e-6)
+    deterministic = BlackBoxAPLoss(margin=0.3, random_margin=False, ref_includes_batch=False)
+    y_det = s - 0.15 * (2 * rel.float() - 1)
+    assert deterministic(s, labels, torch.eye(n), ref_y).item() == pytest.approx(
+        ap_loss_of_ranks(rel)(count_ranks(y_det.double()).double() / n).item(), abs=1e-6)
+
+
+# ----------------------------------------------------------------------- all three losses
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_gradient_direction_on_scores(name):
+    n = 12
+    ref = torch.eye(n)
+    ref_y = torch.tensor([0, 1, 0, 1, 1, 0, 1, 0, 1, 1, 1, 0])
+    pos = ref_y == 0
+    g = torch.Generator().manual_seed(0)
+    loss = build(name, ref_includes_batch=False)
+    for _ in range(5):
+        scores = (0.5 + 0.02 * torch.randn(2, n, generator=g)).requires_grad_()
+        torch.manual_seed(0)
+        out = loss(scores, torch.tensor([0, 0]), ref, ref_y)
+        (grad,) = torch.autograd.grad(out, scores)
+        assert (grad[:, pos] <= 0).all() and (grad[:, ~pos] >= 0).all()
+        assert grad[:, pos].min() < 0 and grad[:, ~pos].max() > 0
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_zero_gradient_and_minimum_at_perfect_ranking_with_margin(name):
+    y = torch.arange(6).repeat_interleave(4)
+    e = F.normalize(torch.eye(16)[y] + 0.01 * unit(len(y), 16, 1), dim=1).requires_grad_()
+    out = build(name, lambda_val=0.01)(e, y)
+    out.backward()
+    assert out.item() == pytest.approx(0.0, abs=1e-6)
+    assert e.grad.abs().max() == 0  # a small lambda cannot move any positive past a negative
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_label_and_batch_order_invariance(name):
+    y = uneven_labels(7)
+    e = unit(len(y), 8, 7)
+    loss = build(name, margin=0.02, **({} if name == "rambo_recall" else {"random_margin": False}))
+    base = loss(e, y)
+    g = torch.Generator().manual_seed(1)
+    perm = torch.randperm(len(y), generator=g)
+    relabel = torch.randperm(int(y.max()) + 1, generator=g) * 5 + 1
+    torch.testing.assert_close(loss(e[perm], relabel[y[perm]]), base, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(loss(e, torch.stack([y, torch.zeros_like(y)], 1)), base)
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_ref_set_starting_with_batch(name):
+    y = uneven_labels(3)
+    e = unit(len(y), 6, 3).requires_grad_()
+    kw = {"margin": 0.0} if name == "rambo_recall" else {"margin": 0.0, "random_margin": False}
+    loss = build(name, **kw)
+    # ref = the detached batch: same value as in-batch, no gradient into the ref
+    ref = e.detach().clone().requires_grad_()
+    torch.testing.assert_close(loss(e, y, ref, y), loss(e, y), atol=1e-6, rtol=1e-6)
+    out = loss(e, y, ref, y)
+    out.backward()
+    assert ref.grad is None and e.grad.abs().max() > 0
+    # with a memory after the batch: own entry (index q) removed / kept by index
+    mem, mem_y = unit(25, 6, 5), torch.randint(0, 7, (25,), generator=torch.Generator().manual_seed(2))
+    full, full_y = torch.cat([e.detach(), mem]), torch.cat([y, mem_y])
+    if name != "rambo_recall":
+        iq = name == "blackbox_ap"
+        got = build(name, **kw, **({"interclass_coef": 0.0} if name == "rambo_map" else {}))(e, y, full, full_y)
+        expect = sklearn_one_minus_map(e.detach(), y, iq, full, full_y, ref_has_batch=True)
+        assert got.item() == pytest.approx(expect, abs=1e-5)
+    with pytest.raises(ValueError, match="ref_includes_batch"):
+        loss(e, y, mem, mem_y)
+
+
+def test_recall_ref_set_removes_own_entry():
+    y = uneven_labels(5)
+    e = unit(len(y), 6, 5)
+    mem, mem_y = unit(20, 6, 6), torch.randint(0, 7, (20,), generator=torch.Generator().manual_seed(3))
+    full, full_y = torch.cat([e, mem]), torch.cat([y, mem_y])
+    got = RaMBORecallLoss(margin=0.0, weight_fn="log")(e, y, full, full_y).item()
+    num, den = 0.0, 0
+    for q in range(len(y)):
+        keep = torch.ones(len(full_y), dtype=torch.bool)
+        keep[q] = False
+        s, rel = full[keep] @ e[q], full_y[keep] == y[q]
+        for i in rel.nonzero().flatten():
+            num += math.log1p(int(((s > s[i]) & ~rel).sum()))
+            den += 1
+    assert got == pytest.approx(num / den, abs=1e-5)
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_memory_wrapper_defaults_and_saved_tensor_sizes(name):
+    B = 256
+    loss = build(name, memory={"size": 512})
+    y = torch.arange(B // 4).repeat_interleave(4)
+    sizes = []
+
+    def pack(t):
+        sizes.append(t.numel())
+        return t
+
+    for seed in range(2):
+        e = unit(B, 32, seed).requires_grad_()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = loss(e, y)
+        out.backward()
+        assert torch.isfinite(e.grad).all() and 0 < out.item()
+    assert max(sizes) < B**3 / 4
+    assert not loss.embeddings.requires_grad
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_autocast_and_no_valid_query(name):
+    y = uneven_labels(9)
+    e = unit(len(y), 8, 9)
+    loss = build(name, **({} if name == "rambo_recall" else {"random_margin": False}))
+    base = loss(e, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = loss(e, y)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, base)
+    e = e.requires_grad_()
+    zero = loss(e, torch.arange(len(y)))
+    assert zero.item() == 0.0 and zero.requires_grad
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu():
+    y = torch.arange(96).repeat_interleave(4)
+    e = unit(384, 128, 0)
+    for name in LOSSES:
+        loss = build(name, **({} if name == "rambo_recall" else {"random_margin": False}))
+        torch.testing.assert_close(loss(e.cuda(), y.cuda()).cpu(), loss(e, y), atol=1e-5, rtol=1e-5)
+
+
+def test_registry_defaults_and_validation():
+    for name in LOSSES:
+        assert name in names()
+    r = build("rambo_recall")
+    assert (r.lambda_val, r.margin, r.weight_fn, r.reduction, r.length, r.include_query) == (
+        4.0, 0.02, "loglog", "pairs", "ref", False)
+    m = build("rambo_map")
+    assert (m.lambda_val, m.margin, m.random_margin, m.include_query) == (4.0, 0.02, True, False)
+    assert m.interclass_coef == pytest.approx(1 / 3)
+    b = build("blackbox_ap")
+    assert (b.lambda_val, b.margin, b.random_margin, b.include_query) == (4.0, 0.02, True, True)
+    for name, kw, word in [("rambo_recall", {"lambda_val": 0}, "lambda_val"),
+                           ("rambo_recall", {"weight_fn": "sqrt"}, "weight_fn"),
+                           ("rambo_recall", {"reduction": "x"}, "reduction"),
+                           ("rambo_recall", {"length": "cols"}, "length"),
+                           ("rambo_map", {"interclass_coef": 2}, "interclass_coef"),
+                           ("blackbox_ap", {"margin": -1}, "margin")]:
+        with pytest.raises(ValueError, match=word):
+            build(name, **kw)
+    with pytest.raises(TypeError, match="lambda_val"):
+        build("blackbox_ap", lam=4)
