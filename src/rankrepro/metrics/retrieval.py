@@ -1,19 +1,29 @@
-"""Retrieval metrics with the exact definitions of PML's ``AccuracyCalculator``.
+"""Binary retrieval metrics (one label level) and the PML-compatible ``retrieval_metrics``.
 
-For a query with label y, let ``rel_i`` = 1 if its i-th nearest neighbour (exact inner
-product, query removed by index in same-set mode) has label y, and
-``P(i) = (sum_{j<=i} rel_j) / i``.
+For a query with label y at the level used, the positives are the listed gallery items with label y
+(the query itself is never listed in same-set protocols). ``R`` = number of positives; queries with
+R = 0 ("lone") are left out of every metric (PML's convention). ``rank(p)`` is the 1-based position of
+positive p in the list sorted by decreasing score, ``rank+(p)`` its position among the positives
+(ties: :mod:`rankrepro.metrics.ranking`), ``P(i)`` the precision at position i.
 
-* ``R`` = number of items with label y in the reference set, minus the query itself in
-  same-set mode (no gallery). Queries with ``R = 0`` ("lone") are dropped from every
-  metric (counted in ``n_lone``).
-* ``R@k`` = 1 if any of the top-k neighbours has label y (``R@1`` == PML
-  ``precision_at_1``). k larger than the reference set is capped at its size.
-* ``mAP@R`` = (1/R) sum_{i<=R} P(i) rel_i   (PML ``mean_average_precision_at_r``).
-* ``RP`` = (sum_{i<=R} rel_i) / R            (PML ``r_precision``).
+========  ===========================================================================  ========
+metric    definition (per query; the reported value is the mean over non-lone queries)  ties
+========  ===========================================================================  ========
+R@k       1 if a positive is among the top k (DML "recall"; R@1 == PML precision_at_1)    index
+TR@k      #{p : rank(p) <= k} / min(R, k)   ("true" recall, SupRank eq. 14)              index
+P@k       #{p : rank(p) <= k} / k                                                        index
+mAP@R     (1/R) sum_{p : rank(p) <= R} rank+(p) / rank(p)   (PML MAP@R)                  index
+RP        #{p : rank(p) <= R} / R   (R-precision)                                        index
+mAP@k     (1/min(R, k)) sum_{p : rank(p) <= k} rank+(p) / rank(p)  (DELF / GLDv2 mAP@100) index
+MRR       1 / min_p rank(p)                                                              index
+mAP / AP  (1/R) sum_p rank+(p) / rank(p) over the full list (= PML mAP with k=None)      pessimistic
+========  ===========================================================================  ========
 
-All are means over the kept queries, returned as Python floats in [0, 1] (NaN if every
-query is lone). Searched k = max(max(recall_at), max R), capped at the reference size.
+Suffix ``_level{c}`` evaluates at label column c (default 0, the finest). With ties
+``"pessimistic"``, ``rank(p) = #{items with score >= s_p}`` and ``rank+(p)`` likewise among positives,
+so full-list AP equals scikit-learn's ``average_precision_score`` (which also needs no rank sort:
+AP = (1/R) sum_p #{positives >= s_p} / #{items >= s_p}). With ``"index"`` it equals PML's value
+whenever faiss returns exact ties in index order.
 """
 
 from __future__ import annotations
@@ -21,24 +31,47 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .knn import knn_chunks
+from .ranking import BIG, Ranked
 
-__all__ = ["retrieval_metrics"]
+__all__ = ["binary_metric", "retrieval_metrics", "RANKED_KINDS", "FULL_KINDS"]
 
-
-def _to_numpy(x):
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu().numpy()
-    return np.asarray(x)
+RANKED_KINDS = ("R@k", "TR@k", "P@k", "mAP@R", "RP", "mAP@k", "MRR")
+FULL_KINDS = ("mAP",)
 
 
-def _finest(labels, name):
-    lab = _to_numpy(labels)
-    if lab.ndim == 2:
-        lab = lab[:, 0]
-    elif lab.ndim != 1:
-        raise ValueError(f"{name} must be [N] or [N, L], got shape {lab.shape}")
-    return lab
+def binary_metric(r: Ranked, lam: int, kind: str, k: int | None, ties: str) -> torch.Tensor:
+    """Per-row value of one binary metric (float64 [b], NaN for lone rows).
+
+    ``lam``: positives are the items of depth >= lam (lam = C - c for label column c)."""
+    pos = r.depth >= lam
+    rank = torch.where(pos, r.rank(ties), torch.full_like(r.depth, BIG))
+    n_pos = r.n[:, lam:].sum(1)
+    big_r = n_pos.clamp(min=1).to(torch.float64)
+    if kind == "R@k":
+        v = (rank.min(1).values <= k).to(torch.float64)
+    elif kind == "MRR":
+        best = rank.min(1).values
+        v = torch.where(best < BIG, 1.0 / best.clamp(max=2**52).to(torch.float64), torch.zeros_like(big_r))
+    elif kind == "P@k":
+        v = (rank <= k).sum(1).to(torch.float64) / k
+    elif kind == "TR@k":
+        v = (rank <= k).sum(1).to(torch.float64) / torch.clamp(big_r, max=float(k))
+    elif kind == "RP":
+        v = (rank <= n_pos[:, None]).sum(1).to(torch.float64) / big_r
+    elif kind in ("mAP@R", "mAP@k", "mAP"):
+        if kind == "mAP@R":
+            cut, denom = n_pos[:, None], big_r
+        elif kind == "mAP@k":
+            cut, denom = torch.full_like(n_pos[:, None], k), torch.clamp(big_r, max=float(k))
+        else:
+            cut, denom = torch.full_like(n_pos[:, None], BIG - 1), big_r
+        hit = rank <= cut
+        bef = r.before(ties, lam).to(torch.float64)
+        term = torch.where(hit, bef / rank.clamp(max=2**52).to(torch.float64), torch.zeros_like(bef))
+        v = term.sum(1) / denom
+    else:  # pragma: no cover - guarded by the parser
+        raise ValueError(f"unknown binary metric {kind!r}")
+    return torch.where(n_pos > 0, v, torch.full_like(v, float("nan")))
 
 
 def retrieval_metrics(
@@ -50,99 +83,40 @@ def retrieval_metrics(
     r_precision: bool = True,
     gallery=None,
     gallery_labels=None,
-    chunk_size: int = 4096,
+    chunk_size: int = 256,
     device=None,
 ) -> dict:
-    """Compute ``R@k`` (for k in ``recall_at``), ``mAP@R`` and ``RP``.
+    """``R@k`` (k in ``recall_at``), ``mAP@R`` and ``RP`` at the finest level (column 0).
 
-    Args:
-        embeddings: [N, D] query embeddings (numpy or torch), assumed L2-normalised
-            (inner-product search; nothing is normalised here).
-        labels: [N] or [N, L]; column 0 (finest level) is used.
-        gallery, gallery_labels: optional reference set (query/gallery protocol, e.g.
-            In-Shop): no self removal. Without them each query is searched against all
-            the other embeddings (self removed by index).
-        chunk_size, device: passed to :func:`rankrepro.metrics.knn.knn_chunks`; queries
-            are processed in chunks so memory is O(chunk_size * k).
-
-    Returns:
-        dict with ``R@k`` keys, ``mAP@R``, ``RP`` (as requested), ``n_queries`` (queries
-        used) and ``n_lone`` (dropped queries with R = 0).
+    Exactly PML's AccuracyCalculator definitions (``precision_at_1`` == ``R@1``,
+    ``mean_average_precision_at_r``, ``r_precision``; k beyond the gallery size is capped), computed
+    by :func:`rankrepro.metrics.compute`. Without a gallery each query is searched against all the
+    other embeddings (itself removed by index). Returns the metrics plus ``n_queries`` (queries used)
+    and ``n_lone`` (queries without any positive, left out).
     """
-    q_lab = _finest(labels, "labels")
-    n = len(q_lab)
+    from .api import compute
+
+    lab = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+    if lab.ndim == 2:
+        lab = lab[:, 0]
+    elif lab.ndim != 1:
+        raise ValueError(f"labels must be [N] or [N, L], got shape {lab.shape}")
+    n = embeddings.shape[0] if hasattr(embeddings, "shape") else len(embeddings)
+    if n != len(lab):
+        raise ValueError("embeddings and labels have different lengths")
+    if gallery is None and gallery_labels is not None:
+        raise ValueError("gallery_labels given without gallery")
+    if gallery is not None and gallery_labels is None:
+        raise ValueError("gallery given without gallery_labels")
+    gl = gallery_labels
+    if gl is not None:
+        gl = gl.detach().cpu().numpy() if isinstance(gl, torch.Tensor) else np.asarray(gl)
+        gl = gl[:, 0] if gl.ndim == 2 else gl
+    names = [f"R@{int(k)}" for k in recall_at]
+    if map_at_r:
+        names.append("mAP@R")
+    if r_precision:
+        names.append("RP")
     if not isinstance(embeddings, (np.ndarray, torch.Tensor)):
         embeddings = np.asarray(embeddings, dtype=np.float32)
-    if embeddings.shape[0] != n:
-        raise ValueError("embeddings and labels have different lengths")
-    same_set = gallery is None
-    if same_set:
-        if gallery_labels is not None:
-            raise ValueError("gallery_labels given without gallery")
-        codes, q_codes = np.unique(q_lab, return_inverse=True)
-        q_codes = q_codes.reshape(-1)
-        g_codes = q_codes
-        n_gallery = n
-        R = np.bincount(q_codes, minlength=len(codes))[q_codes] - 1
-    else:
-        if gallery_labels is None:
-            raise ValueError("gallery given without gallery_labels")
-        g_lab = _finest(gallery_labels, "gallery_labels")
-        codes, inv = np.unique(np.concatenate([q_lab, g_lab]), return_inverse=True)
-        inv = inv.reshape(-1)
-        q_codes, g_codes = inv[:n], inv[n:]
-        n_gallery = len(g_codes)
-        R = np.bincount(g_codes, minlength=len(codes))[q_codes]
-    R = R.astype(np.int64)
-    keep = R > 0
-    n_kept = int(keep.sum())
-    recall_at = tuple(int(k) for k in recall_at)
-    out_keys = [f"R@{k}" for k in recall_at]
-    if map_at_r:
-        out_keys.append("mAP@R")
-    if r_precision:
-        out_keys.append("RP")
-
-    result = {}
-    if n_kept == 0:
-        result.update({key: float("nan") for key in out_keys})
-        result.update(n_queries=0, n_lone=n)
-        return result
-
-    max_r = int(R[keep].max()) if (map_at_r or r_precision) else 0
-    k_search = max([*recall_at, max_r, 1])
-    k_search = min(k_search, n_gallery - (1 if same_set else 0))
-
-    sums = {key: 0.0 for key in out_keys}
-    for start, _, idx in knn_chunks(
-        embeddings,
-        k_search,
-        gallery,
-        exclude_self=True,
-        chunk_size=chunk_size,
-        device=device,
-    ):
-        stop = start + idx.shape[0]
-        kp = keep[start:stop]
-        if not kp.any():
-            continue
-        idx = idx[kp]
-        r = R[start:stop][kp]
-        rel = g_codes[idx] == q_codes[start:stop][kp][:, None]  # [b, K] bool
-        K = rel.shape[1]
-        for k, key in zip(recall_at, out_keys):
-            sums[key] += float(rel[:, : min(k, K)].any(axis=1).sum())
-        if map_at_r or r_precision:
-            kr = min(max_r, K)
-            cols = np.arange(1, kr + 1)
-            hits = rel[:, :kr] & (cols[None, :] <= r[:, None])
-            if map_at_r:
-                prec = np.cumsum(hits, axis=1, dtype=np.float64) / cols
-                sums["mAP@R"] += float(((prec * hits).sum(axis=1) / r).sum())
-            if r_precision:
-                sums["RP"] += float((hits.sum(axis=1, dtype=np.float64) / r).sum())
-
-    for key in out_keys:
-        result[key] = sums[key] / n_kept
-    result.update(n_queries=n_kept, n_lone=int(n - n_kept))
-    return result
+    return compute(embeddings, lab, gallery, gl, metrics=names, device=device, max_rows=chunk_size)
