@@ -1,0 +1,97 @@
+"""FastAP (Cakir, He, Xia, Kulis, Sclaroff, CVPR 2019) over pytorch-metric-learning."""
+
+from __future__ import annotations
+
+import torch
+from pytorch_metric_learning import losses as pml_losses
+
+from .baselines import attached_zero, level_labels, ref_starts_with_batch
+from .registry import register
+
+__all__ = ["FastAP"]
+
+
+@register("fast_ap")
+class FastAP(torch.nn.Module):
+    r"""FastAP loss ``1 - mean_q FastAP_q`` (PML ``FastAPLoss(num_bins)``).
+
+    Distances are squared Euclidean on L2-normalised embeddings, d ∈ [0, 4], softly
+    assigned to L = ``num_bins`` + 1 triangular bins centred at z_l = 4l/num_bins
+    (width Δ = 4/num_bins): ``δ(d, z_l) = max(0, 1 - |d - z_l|/Δ)``. For query q with
+    positives P (same label, the query itself excluded) and negatives N::
+
+        h⁺_l = Σ_{j∈P} δ(d_qj, z_l),  h⁻_l = Σ_{j∈N} δ(d_qj, z_l)
+        H⁺_l = Σ_{l'<=l} h⁺_l',       H_l = Σ_{l'<=l} (h⁺_l' + h⁻_l')
+        FastAP_q = 1/|P| Σ_l h⁺_l H⁺_l / H_l
+
+    averaged over the queries with |P| > 0 (terms with h⁺H⁺ = 0 or H = 0 are 0). SupRank
+    (``fast_ap_loss.py``, ``fastap.yaml``: num_bins 10) wraps PML in the same way and uses
+    it in-batch only. The original PyTorch code (kunhe) has a hand-written backward whose
+    gradient is (B/2)x the true one and ignores ``grad_output``; PML (and this class) use
+    autograd, i.e. the true gradient of the loss (same direction).
+
+    Without a reference set this calls PML's ``FastAPLoss`` on the batch. A reference set
+    (memory) is supported here although SupRank does not use it: the same histograms are
+    computed against the reference set (detached), dropping each query's own row when
+    the reference set starts with the batch (memory convention). With ref = the batch this
+    equals the in-batch value (test). Memory: an [L, B, N] tensor, like PML.
+    """
+
+    def __init__(self, num_bins: int = 10):
+        super().__init__()
+        if not (isinstance(num_bins, int) and num_bins >= 1):
+            raise ValueError(f"num_bins must be an int >= 1, got {num_bins!r}")
+        self.num_bins = num_bins
+        self.loss = pml_losses.FastAPLoss(num_bins=num_bins)
+
+    def extra_repr(self) -> str:
+        return f"num_bins={self.num_bins}"
+
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
+        if embeddings.ndim != 2:
+            raise ValueError(f"embeddings must be [B, D], got {tuple(embeddings.shape)}")
+        y = level_labels(torch.as_tensor(labels, device=embeddings.device))
+        if y.shape[0] != embeddings.shape[0]:
+            raise ValueError("embeddings and labels have different lengths")
+        if (ref_embeddings is None) != (ref_labels is None):
+            raise ValueError("ref_embeddings and ref_labels must be given together")
+        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+            emb = embeddings.float()
+            if ref_embeddings is None:
+                out = self.loss(emb, y)
+                if not out.requires_grad and emb.requires_grad:
+                    out = out + attached_zero(emb)
+                return out
+            ref = ref_embeddings.detach().to(device=emb.device, dtype=torch.float32)
+            yr = level_labels(torch.as_tensor(ref_labels, device=emb.device))
+            if ref.shape[0] != yr.shape[0] or ref.shape[1] != emb.shape[1]:
+                raise ValueError("ref_embeddings/ref_labels shapes do not match the batch")
+            n_self = emb.shape[0] if ref_starts_with_batch(emb, ref) else 0
+            return self._with_ref(emb, y, ref, yr, n_self)
+
+    def _with_ref(self, emb, y, ref, yr, n_self):
+        same = y.unsqueeze(1) == yr.unsqueeze(0)
+        pos = same.clone()
+        if n_self:
+            ar = torch.arange(n_self, device=emb.device)
+            pos[ar, ar] = False
+        neg = ~same
+        n_pos = pos.sum(1)
+        valid = n_pos > 0
+        if not bool(valid.any()):
+            return attached_zero(emb)
+        dist = self.loss.distance(emb[valid], ref)  # squared L2 of normalised vectors
+        pos, neg, n_pos = pos[valid].to(dist.dtype), neg[valid].to(dist.dtype), n_pos[valid]
+        hmax = 2.0 ** self.loss.distance.power
+        delta = hmax / self.num_bins
+        z = torch.linspace(0.0, hmax, self.num_bins + 1, device=dist.device, dtype=dist.dtype)
+        pulse = torch.relu(1.0 - (dist.unsqueeze(0) - z.view(-1, 1, 1)).abs() / delta)  # [L, b, N]
+        h_pos = (pulse * pos).sum(-1).T  # [b, L]
+        h_neg = (pulse * neg).sum(-1).T
+        H_pos = h_pos.cumsum(1)
+        H = (h_pos + h_neg).cumsum(1)
+        prod = h_pos * H_pos
+        safe = (prod > 0) & (H > 0)
+        ratio = torch.where(safe, prod / torch.where(safe, H, torch.ones_like(H)), torch.zeros_like(H))
+        fast_ap = ratio.sum(1) / n_pos.to(ratio.dtype)
+        return (1.0 - fast_ap).mean()
