@@ -3,6 +3,7 @@ set, memory-lean triplets / lifted structure, sampling, XBM vs PML CrossBatchMem
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -17,32 +18,16 @@ from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from rankrepro.losses import build
 from rankrepro.losses.baselines import all_triplets, distance_weights, sampled_triplets
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one thread avoids OpenMP waits on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+import lossutil
+from lossutil import close, unit
+from lossutil import one_thread  # noqa: F401  (autouse fixture)
 
 
-def unit(b, d, seed):
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(b, d, generator=g, dtype=torch.float64), dim=1).float()
-
-
-def labels_uneven(seed, sizes=(1, 2, 3, 5, 4, 6, 3)):
-    y = torch.cat([torch.full((s,), c) for c, s in enumerate(sizes)])
-    return y[torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))]
+uneven_labels = functools.partial(lossutil.uneven_labels, sizes=(1, 2, 3, 5, 4, 6, 3))  # this file's class sizes
 
 
 def twin(e):
     return e.detach().clone().requires_grad_(), e.detach().clone().requires_grad_()
-
-
-def close(a, b, atol=1e-5):
-    torch.testing.assert_close(a.double(), b.double(), atol=atol, rtol=1e-4)
 
 
 def as_set(idx):
@@ -88,7 +73,7 @@ PAIR_CASES = [
 @pytest.mark.parametrize("name, kw, make_pml", PAIR_CASES)
 def test_matches_pml_in_batch(name, kw, make_pml):
     for seed in range(2):
-        y = labels_uneven(seed)
+        y = uneven_labels(seed)
         e1, e2 = twin(unit(len(y), 6, seed))
         ours = build(name, **kw)(e1, y)
         ref = make_pml()(e2, y)
@@ -100,7 +85,7 @@ def test_matches_pml_in_batch(name, kw, make_pml):
 
 
 def test_multi_similarity_with_pml_miner():
-    y = labels_uneven(3)
+    y = uneven_labels(3)
     e1, e2 = twin(unit(len(y), 6, 3))
     ours = build("multi_similarity")(e1, y)
     ref = pml.MultiSimilarityLoss()(e2, y, pmlm.MultiSimilarityMiner(0.1)(e2, y))
@@ -116,7 +101,7 @@ def test_multi_similarity_with_pml_miner():
 def test_triplet_mining_matches_pml_miners(mining, make_miner, distance):
     d = pmld.LpDistance() if distance == "euclidean" else pmld.DotProductSimilarity()
     for seed in range(2):
-        y = labels_uneven(seed)
+        y = uneven_labels(seed)
         e1, e2 = twin(unit(len(y), 6, seed))
         loss = build("triplet", mining=mining, margin=0.3, distance=distance)
         ours = loss(e1, y)
@@ -131,11 +116,11 @@ def test_triplet_mining_matches_pml_miners(mining, make_miner, distance):
 
 
 def test_all_triplets_equals_pml_enumeration_and_drops_self():
-    y = labels_uneven(4)
+    y = uneven_labels(4)
     ours = all_triplets(y, y, len(y))
     assert as_set(ours) == as_set(lmu.get_all_triplets_indices(y))
     # with a reference set that starts with the batch: self never a positive
-    yr = torch.cat([y, labels_uneven(5)])
+    yr = torch.cat([y, uneven_labels(5)])
     a, p, n = all_triplets(y, yr, len(y))
     assert (a != p).all() and (y[a] == yr[p]).all() and (y[a] != yr[n]).all()
     expect = sum(int(((yr == y[i]).sum() - 1) * (yr != y[i]).sum()) for i in range(len(y)))
@@ -157,7 +142,7 @@ REF_CASES = [
 def test_ref_equal_to_batch_gives_in_batch_value(name, kw):
     """ref = the batch itself (memory convention): self pairs are removed, so the value is
     the in-batch value (the gradient differs: the reference side is detached)."""
-    y = labels_uneven(6)
+    y = uneven_labels(6)
     e = unit(len(y), 6, 6).requires_grad_()
     loss = build(name, **kw)
     close(loss(e, y, e.detach(), y), loss(e, y))
@@ -166,7 +151,7 @@ def test_ref_equal_to_batch_gives_in_batch_value(name, kw):
 def test_self_pairs_matter_control():
     """Control for the test above: when the batch is not detected in the ref set (tiny
     perturbation), the easiest positive of easy_semihard mining is the query itself."""
-    y = labels_uneven(6)
+    y = uneven_labels(6)
     e = unit(len(y), 6, 6)
     loss = build("triplet", mining="easy_semihard", distance="dot")
     fake = e + 1e-4 * unit(len(y), 6, 7)
@@ -175,7 +160,7 @@ def test_self_pairs_matter_control():
 
 @pytest.mark.parametrize("name, kw", REF_CASES)
 def test_ref_set_with_memory_matches_pml_with_self_pairs_removed(name, kw):
-    y = labels_uneven(8)
+    y = uneven_labels(8)
     e = unit(len(y), 6, 8)
     mem = unit(20, 6, 9)
     mem_y = torch.randint(0, 7, (20,), generator=torch.Generator().manual_seed(1))
@@ -262,7 +247,7 @@ def xbm_loop(e, y, ref, ref_y, margin=0.5, n_self=None):
 
 
 def test_xbm_formulation_in_batch_matches_loop():
-    y = labels_uneven(2)
+    y = uneven_labels(2)
     e1, e2 = twin(unit(len(y), 6, 2))
     ours = build("contrastive", formulation="xbm")(e1, y)
     expect = xbm_loop(e2, y, e2, y)
@@ -297,7 +282,7 @@ def test_xbm_memory_equals_pml_cross_batch_memory():
 
 def test_xbm_warmup_epoch_is_in_batch():
     loss = build("contrastive", memory={"size": 32, "warmup_epochs": 1})
-    y = labels_uneven(1)
+    y = uneven_labels(1)
     e = unit(len(y), 6, 1)
     plain = build("contrastive")
     close(loss(e, y), plain(e, y))
@@ -311,8 +296,8 @@ def test_xbm_warmup_epoch_is_in_batch():
 
 
 def test_sampled_triplets_one_per_positive_pair_without_self():
-    y = labels_uneven(3)
-    yr = torch.cat([y, labels_uneven(4)])
+    y = uneven_labels(3)
+    yr = torch.cat([y, uneven_labels(4)])
     w = torch.rand(len(y), len(yr), generator=torch.Generator().manual_seed(0))
     torch.manual_seed(0)
     a, p, n = sampled_triplets(y, yr, len(y), w)
@@ -448,7 +433,7 @@ def test_zero_at_well_separated_embeddings():
 
 
 def test_labels_2d_use_finest_column_and_autocast_float32():
-    y = labels_uneven(9)
+    y = uneven_labels(9)
     e = unit(len(y), 6, 9)
     y2 = torch.stack([y, y // 2], 1)
     for name in ("contrastive", "triplet", "lifted_structure", "angular", "multi_similarity"):

@@ -12,18 +12,9 @@ from sklearn.metrics import average_precision_score
 from rankrepro.losses import build, names
 from rankrepro.losses.blackbox import BlackBoxAPLoss, RaMBOMapLoss, RaMBORecallLoss, blackbox_rank, exact_ranks
 
+from lossutil import uneven_labels, unit
+
 LOSSES = ("rambo_recall", "rambo_map", "blackbox_ap")
-
-
-def unit(b, d, seed, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(b, d, generator=g, dtype=torch.float64), dim=1).to(dtype)
-
-
-def uneven_labels(seed, sizes=(1, 2, 3, 5, 4, 7, 2)):
-    y = torch.cat([torch.full((s,), c) for c, s in enumerate(sizes)])
-    g = torch.Generator().manual_seed(seed)
-    return y[torch.randperm(len(y), generator=g)]
 
 
 def count_ranks(x):

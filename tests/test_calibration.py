@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -11,16 +12,11 @@ import torch.nn.functional as F
 from rankrepro.losses import build
 from rankrepro.losses.calibration import CalibrationLoss, NormalizedSoftmaxDG
 
-
-def unit(b, d, seed):
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(b, d, generator=g, dtype=torch.float64), dim=1).float()
+import lossutil
+from lossutil import unit
 
 
-def uneven_labels(seed, sizes=(1, 2, 3, 5, 4, 2)):
-    y = torch.cat([torch.full((s,), c) for c, s in enumerate(sizes)])
-    g = torch.Generator().manual_seed(seed)
-    return y[torch.randperm(len(y), generator=g)]
+uneven_labels = functools.partial(lossutil.uneven_labels, sizes=(1, 2, 3, 5, 4, 2))  # this file's class sizes
 
 
 # ------------------------------------------------------------------------------ L_DG

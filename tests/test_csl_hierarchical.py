@@ -11,22 +11,8 @@ import torch.nn.functional as F
 from rankrepro.losses import build
 from rankrepro.losses.csl import DEFAULT_MARGINS
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def unit(b, d, seed):
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(b, d, generator=g, dtype=torch.float64), dim=1).float()
-
-
-def close(a, b, atol=1e-5):
-    torch.testing.assert_close(torch.as_tensor(a).double(), torch.as_tensor(b).double(), atol=atol, rtol=1e-4)
+from lossutil import close, unit
+from lossutil import one_thread  # noqa: F401  (autouse fixture)
 
 
 # a 3-level tree: 12 fine classes -> 6 middle -> 2 coarse

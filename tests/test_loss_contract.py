@@ -26,16 +26,10 @@ import torch.nn.functional as F
 
 from rankrepro import losses
 
+from lossutil import one_thread  # noqa: F401  (autouse fixture)
+
 NAMES = losses.names()
 B, D, C, M = 32, 16, 8, 4
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(autouse=True)

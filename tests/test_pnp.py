@@ -11,20 +11,10 @@ import torch.nn.functional as F
 from rankrepro.losses import accepted_hparams, build, names
 from rankrepro.losses.pnp import PNPLoss
 
+from lossutil import uneven_labels, unit
+
 TAU = 0.01
 VARIANTS = {"O": "pnp_o", "Iu": "pnp_iu", "Ib": "pnp_ib", "Ds": "pnp_ds", "Dq": "pnp_dq"}
-
-
-def unit(b, d, seed, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(b, d, generator=g, dtype=torch.float64), dim=1).to(dtype)
-
-
-def uneven_labels(seed, sizes=(1, 2, 3, 5, 4, 7, 2)):
-    """Shuffled labels with uneven class sizes (size 1 = a query with no positive)."""
-    y = torch.cat([torch.full((s,), c) for c, s in enumerate(sizes)])
-    g = torch.Generator().manual_seed(seed)
-    return y[torch.randperm(len(y), generator=g)]
 
 
 def make(variant, **kw):

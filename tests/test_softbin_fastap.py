@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -11,27 +13,12 @@ from pytorch_metric_learning.losses import FastAPLoss
 from rankrepro.losses import build
 from rankrepro.losses.softbin import soft_bins
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+import lossutil
+from lossutil import close, unit
+from lossutil import one_thread  # noqa: F401  (autouse fixture)
 
 
-def unit(b, d, seed):
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(b, d, generator=g, dtype=torch.float64), dim=1).float()
-
-
-def labels_uneven(seed, sizes=(1, 2, 3, 5, 4, 6, 3)):
-    y = torch.cat([torch.full((s,), c) for c, s in enumerate(sizes)])
-    return y[torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))]
-
-
-def close(a, b, atol=1e-5):
-    torch.testing.assert_close(torch.as_tensor(a).double(), torch.as_tensor(b).double(), atol=atol, rtol=1e-4)
+uneven_labels = functools.partial(lossutil.uneven_labels, sizes=(1, 2, 3, 5, 4, 6, 3))  # this file's class sizes
 
 
 # ------------------------------------------------------------- SoftBin-AP references
@@ -92,7 +79,7 @@ def test_soft_bins_equal_official_quantizer_and_partition_unity():
 @pytest.mark.parametrize("include_query", [True, False])
 @pytest.mark.parametrize("nq", [20, 7])
 def test_softbin_matches_loop(include_query, nq):
-    y = labels_uneven(nq)
+    y = uneven_labels(nq)
     e = unit(len(y), 6, nq).requires_grad_()
     e2 = e.detach().clone().requires_grad_()
     ours = build("softbin_ap", num_bins=nq, include_query=include_query)(e, y)
@@ -113,7 +100,7 @@ def tangent(g, e):
 
 @pytest.mark.parametrize("include_query", [True, False])
 def test_softbin_with_memory_ref_set_matches_loop(include_query):
-    y = labels_uneven(3)
+    y = uneven_labels(3)
     e = unit(len(y), 6, 3)
     mem, mem_y = unit(30, 6, 4), torch.randint(0, 9, (30,), generator=torch.Generator().manual_seed(0))
     ref, ref_y = torch.cat([e, mem]), torch.cat([y, mem_y])
@@ -208,7 +195,7 @@ def loop_fastap(emb, labels, num_bins, ref=None, ref_labels=None, n_self=None):
 @pytest.mark.parametrize("num_bins", [10, 4])
 def test_fastap_equals_pml_and_paper_loop(num_bins):
     for seed in range(2):
-        y = labels_uneven(seed)
+        y = uneven_labels(seed)
         e = unit(len(y), 6, seed).requires_grad_()
         e2 = e.detach().clone().requires_grad_()
         e3 = e.detach().clone().requires_grad_()
@@ -225,7 +212,7 @@ def test_fastap_equals_pml_and_paper_loop(num_bins):
 
 
 def test_fastap_ref_set_path():
-    y = labels_uneven(2)
+    y = uneven_labels(2)
     e = unit(len(y), 6, 2).requires_grad_()
     loss = build("fast_ap")
     # ref = batch (memory convention) -> the in-batch (PML) value

@@ -13,15 +13,12 @@ from rankrepro.losses.calibration import CalibrationLoss, NormalizedSoftmaxDG
 from rankrepro.losses.smooth_ap import SmoothAP
 from rankrepro.losses.suprank import HAPPIER, ROADMAP, SupAP, SupHAP, SupNDCG, SupRecall
 
+from lossutil import unit
+
 SUP = dict(tau=0.01, rho=100.0, delta=0.05, start=0.5, offset=1.44, fix="post_pr13")
 K = (1, 2, 4, 8, 16)
 RANK_LOSSES = ["sup_ap", "sup_recall", "smooth_recall", "sup_hap", "smooth_hap", "sup_ndcg", "smooth_ndcg"]
 HIER = {"sup_hap", "smooth_hap", "sup_ndcg", "smooth_ndcg"}
-
-
-def unit(b, d, seed):
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(b, d, generator=g, dtype=torch.float64), dim=1).float()
 
 
 def hier_labels(seed, sizes=(1, 2, 3, 5, 2, 4, 2), n_super=3):

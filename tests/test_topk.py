@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -9,16 +11,11 @@ import torch.nn.functional as F
 from rankrepro.losses import build, names
 from rankrepro.losses.topk import TopKPrecisionLoss, topk_precision_per_query
 
-
-def unit(b, d, seed, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(b, d, generator=g, dtype=torch.float64), dim=1).to(dtype)
+import lossutil
+from lossutil import unit
 
 
-def uneven_labels(seed, sizes=(1, 2, 3, 8, 4, 7, 2, 6)):
-    y = torch.cat([torch.full((s,), c) for c, s in enumerate(sizes)])
-    g = torch.Generator().manual_seed(seed)
-    return y[torch.randperm(len(y), generator=g)]
+uneven_labels = functools.partial(lossutil.uneven_labels, sizes=(1, 2, 3, 8, 4, 7, 2, 6))  # this file's class sizes
 
 
 def one_query(s_hat_sorted_with_labels, margin=0.0):

@@ -47,11 +47,18 @@ from pytorch_metric_learning.utils import common_functions as pml_cf
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import nn
 
+from .inputs import (
+    attached_zero,
+    check_batch,
+    check_class_range,
+    clear_self_pairs,
+    keep_in_graph,
+    no_autocast,
+    ref_starts_with_batch,
+)
 from .registry import register
 
 __all__ = [
-    "level_labels",
-    "ref_starts_with_batch",
     "Triplet",
     "Contrastive",
     "LiftedStructure",
@@ -67,44 +74,6 @@ _BLOCK_ELEMS = 1 << 22  # max elements of a [b, P, N] triplet mask block
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def level_labels(labels: torch.Tensor, level: int = 0) -> torch.Tensor:
-    """Column ``level`` of [B, L] labels (level 0 of [B] labels), as int64."""
-    labels = torch.as_tensor(labels)
-    if labels.ndim == 2:
-        if not 0 <= level < labels.shape[1]:
-            raise ValueError(f"labels have {labels.shape[1]} level(s); level {level} requested")
-        return labels[:, level].long()
-    if labels.ndim != 1:
-        raise ValueError(f"labels must be [B] or [B, L], got shape {tuple(labels.shape)}")
-    if level != 0:
-        raise ValueError(f"labels are [B] (one level); level {level} requested — pass [B, L] labels")
-    return labels.long()
-
-
-def ref_starts_with_batch(embeddings: torch.Tensor, ref: torch.Tensor | None) -> bool:
-    """True when ref rows 0..B-1 are the batch itself (the MemoryLoss convention)."""
-    if ref is None:
-        return False
-    B = embeddings.shape[0]
-    if ref.shape[0] < B or ref.shape[1] != embeddings.shape[1]:
-        return False
-    a = embeddings.detach().float()
-    return bool(torch.allclose(ref[:B].float(), a, rtol=0.0, atol=1e-6))
-
-
-def attached_zero(embeddings: torch.Tensor) -> torch.Tensor:
-    return embeddings.sum() * 0.0
-
-
-def _attached(value, embeddings: torch.Tensor) -> torch.Tensor:
-    """PML returns a constant 0 when it finds no pair/triplet: keep it in the graph."""
-    if not torch.is_tensor(value):
-        value = torch.tensor(float(value), device=embeddings.device)
-    if not value.requires_grad and embeddings.requires_grad:
-        value = value + attached_zero(embeddings)
-    return value.reshape(())
 
 
 def _drop_self(idx: tuple, n_self: int) -> tuple:
@@ -149,27 +118,15 @@ class _Adapter(nn.Module):
     order_dependent = False
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
-        if embeddings.ndim != 2:
-            raise ValueError(f"embeddings must be [B, D], got {tuple(embeddings.shape)}")
-        y = level_labels(torch.as_tensor(labels, device=embeddings.device), self.level)
-        if y.shape[0] != embeddings.shape[0]:
-            raise ValueError("embeddings and labels have different lengths")
-        if (ref_embeddings is None) != (ref_labels is None):
-            raise ValueError("ref_embeddings and ref_labels must be given together")
-        with torch.autocast(device_type=embeddings.device.type, enabled=False):
-            emb = embeddings.float()
-            ref = yr = None
-            if ref_embeddings is not None:
-                if not self.uses_ref_set:
-                    _warn_ignored(type(self).__name__)
-                else:
-                    ref = ref_embeddings.detach().to(device=emb.device, dtype=torch.float32)
-                    # a distinct tensor: PML changes behaviour when ``ref_labels is labels``
-                    yr = level_labels(torch.as_tensor(ref_labels, device=emb.device), self.level).clone()
-                    if ref.shape[0] != yr.shape[0] or ref.shape[1] != emb.shape[1]:
-                        raise ValueError("ref_embeddings/ref_labels shapes do not match the batch")
+        with no_autocast(embeddings):
+            emb, y, ref, yr = check_batch(embeddings, labels, ref_embeddings, ref_labels, self.level,
+                                          ignore_ref=not self.uses_ref_set)
+            if ref_embeddings is not None and not self.uses_ref_set:
+                _warn_ignored(type(self).__name__)
+            if yr is not None:
+                yr = yr.clone()  # a distinct tensor: PML changes behaviour when ``ref_labels is labels``
             n_self = emb.shape[0] if ref_starts_with_batch(emb, ref) else 0
-            return _attached(self._loss(emb, y, ref, yr, n_self), emb)
+            return keep_in_graph(self._loss(emb, y, ref, yr, n_self), emb)
 
     def _loss(self, emb, y, ref, yr, n_self):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -196,10 +153,7 @@ def _all_pairs(y, yr, n_self):
 def _positives(y, yr, n_self):
     """Positive mask [B, N] (self removed), padded positive indices [B, P] and validity."""
     same = y.unsqueeze(1) == yr.unsqueeze(0)
-    pos = same.clone()
-    if n_self:
-        ar = torch.arange(n_self, device=y.device)
-        pos[ar, ar] = False
+    pos = clear_self_pairs(same, n_self)
     n_pos = pos.sum(1)
     p_max = int(n_pos.max()) if n_pos.numel() else 0
     if p_max == 0:
@@ -433,10 +387,7 @@ class Contrastive(_Adapter):
         n_self = emb.shape[0] if ref is None else n_self
         s = torch.nn.functional.normalize(emb, dim=1) @ torch.nn.functional.normalize(r, dim=1).T
         same = y.unsqueeze(1) == ry.unsqueeze(0)
-        pos = same.clone()
-        if n_self:
-            ar = torch.arange(n_self, device=emb.device)
-            pos[ar, ar] = False
+        pos = clear_self_pairs(same, n_self)
         pos_term = torch.where(pos, torch.relu(self.pos_margin - s), torch.zeros_like(s)).sum(1)
         neg_term = torch.where(~same & (s > self.neg_margin), s, torch.zeros_like(s)).sum(1)
         return (pos_term + neg_term).mean()
@@ -568,9 +519,7 @@ class _ProxyAdapter(_Adapter):
     uses_ref_set = False
 
     def _check_labels(self, y, num_classes):
-        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
-            raise ValueError(f"labels (level {self.level}) must be in [0, {num_classes}) for "
-                             f"num_classes={num_classes}; got range [{int(y.min())}, {int(y.max())}]")
+        check_class_range(y, num_classes, f"labels (level {self.level})", f" for num_classes={num_classes}")
 
 
 def _check_sizes(num_classes, embedding_size):

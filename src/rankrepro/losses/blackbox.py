@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .pnp import drop_self, query_lists
+from .inputs import attached_zero, drop_self, no_autocast, query_lists
 from .registry import register
 
 __all__ = ["BlackboxRank", "blackbox_rank", "exact_ranks", "RaMBORecallLoss", "RaMBOMapLoss", "BlackBoxAPLoss"]
@@ -182,10 +182,10 @@ class RaMBORecallLoss(_BlackboxBase):
                 f"reduction={self.reduction}, length={self.length}, include_query={self.include_query}")
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None) -> torch.Tensor:
-        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+        with no_autocast(embeddings):
             emb, s, rel, valid = self._lists(embeddings, labels, ref_embeddings, ref_labels)
             if not bool(valid.any()):
-                return emb.sum() * 0.0
+                return attached_zero(emb)
             n_rows = s.shape[0]  # the official code's "length" (all query rows)
             s, rel = s[valid], rel[valid]
             y = _shift(s, rel, self.margin, random_margin=False)
@@ -254,11 +254,11 @@ class RaMBOMapLoss(_BlackboxBase):
                 f"interclass_coef={self.interclass_coef}, include_query={self.include_query}")
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None) -> torch.Tensor:
-        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+        with no_autocast(embeddings):
             emb, s, rel, valid = self._lists(embeddings, labels, ref_embeddings, ref_labels)
             if not bool(valid.any()):
-                return emb.sum() * 0.0
-            loss = emb.sum() * 0.0
+                return attached_zero(emb)
+            loss = attached_zero(emb)
             if self.interclass_coef < 1.0:
                 sv, rv = s[valid], rel[valid]
                 y = _shift(sv, rv, self.margin, self.random_margin)
@@ -312,10 +312,10 @@ class BlackBoxAPLoss(_BlackboxBase):
                 f"include_query={self.include_query}")
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None) -> torch.Tensor:
-        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+        with no_autocast(embeddings):
             emb, s, rel, valid = self._lists(embeddings, labels, ref_embeddings, ref_labels)
             if not bool(valid.any()):
-                return emb.sum() * 0.0
+                return attached_zero(emb)
             s, rel = s[valid], rel[valid]
             y = _shift(s, rel, self.margin, self.random_margin)
             return 1.0 - _ap_rows(y, rel, self.lambda_val).mean()

@@ -17,19 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .rank import as_label_matrix
+from .inputs import check_batch, check_class_range, check_embeddings, check_lengths, level_labels, no_autocast
 from .registry import register
 
 __all__ = ["CalibrationLoss", "NormalizedSoftmaxDG"]
 
 REDUCTIONS = ("avg_non_zero", "mean")
-
-
-def _level(labels, level: int, device) -> torch.Tensor:
-    y = as_label_matrix(labels, device)
-    if not 0 <= level < y.shape[1]:
-        raise ValueError(f"hierarchy_level {level} out of range for labels with {y.shape[1]} level(s)")
-    return y[:, level]
 
 
 @register("calibration")
@@ -70,25 +63,13 @@ class CalibrationLoss(nn.Module):
         return f"alpha={self.alpha}, beta={self.beta}, reduction={self.reduction!r}"
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
-        if embeddings.ndim != 2:
-            raise ValueError(f"embeddings must be [B, D], got {tuple(embeddings.shape)}")
-        if (ref_embeddings is None) != (ref_labels is None):
-            raise ValueError("ref_embeddings and ref_labels must be given together")
-        dev = embeddings.device
-        with torch.autocast(device_type=dev.type, enabled=False):
-            emb = embeddings.float()
-            y = _level(labels, self.hierarchy_level, dev)
-            if y.shape[0] != emb.shape[0]:
-                raise ValueError("embeddings and labels have different lengths")
-            if ref_embeddings is None:
+        with no_autocast(embeddings):
+            emb, y, ref, yr = check_batch(embeddings, labels, ref_embeddings, ref_labels, self.hierarchy_level)
+            if ref is None:
                 ref, yr = emb, y
-                pair = ~torch.eye(emb.shape[0], dtype=torch.bool, device=dev)
+                pair = ~torch.eye(emb.shape[0], dtype=torch.bool, device=emb.device)
             else:
-                ref = ref_embeddings.detach().to(dev, torch.float32)
-                yr = _level(ref_labels, self.hierarchy_level, dev)
-                if ref.shape[0] != yr.shape[0]:
-                    raise ValueError("ref_embeddings and ref_labels have different lengths")
-                pair = torch.ones(emb.shape[0], ref.shape[0], dtype=torch.bool, device=dev)
+                pair = torch.ones(emb.shape[0], ref.shape[0], dtype=torch.bool, device=emb.device)
             s = emb @ ref.T
             same = y.unsqueeze(1) == yr.unsqueeze(0)
             pos, neg = pair & same, pair & ~same
@@ -147,16 +128,11 @@ class NormalizedSoftmaxDG(nn.Module):
                 f"temperature={self.temperature}, hierarchy_level={self.hierarchy_level}")
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
-        if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_size:
-            raise ValueError(f"embeddings must be [B, {self.embedding_size}], got {tuple(embeddings.shape)}")
-        dev = embeddings.device
-        y = _level(labels, self.hierarchy_level, dev)
-        if y.shape[0] != embeddings.shape[0]:
-            raise ValueError("embeddings and labels have different lengths")
-        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= self.num_classes):
-            raise ValueError(f"labels must be in [0, {self.num_classes}) (contiguous training labels), "
-                             f"got range [{int(y.min())}, {int(y.max())}]")
-        with torch.autocast(device_type=dev.type, enabled=False):
+        check_embeddings(embeddings, self.embedding_size)
+        y = level_labels(labels, self.hierarchy_level, embeddings.device)
+        check_lengths(embeddings, y)
+        check_class_range(y, self.num_classes, hint=" (contiguous training labels)")
+        with no_autocast(embeddings):
             emb = embeddings.float()
             if self.normalize_embeddings:
                 emb = F.normalize(emb, dim=1)

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .inputs import check_class_range, check_embeddings, check_lengths, hierarchical_labels, no_autocast
 from .registry import register
 
 __all__ = ["CSL", "DEFAULT_MARGINS"]
@@ -92,17 +93,10 @@ class CSL(nn.Module):
                 f"margins={self.margins}, scale={self.scale}, reduction={self.reduction!r}")
 
     def _check(self, labels: torch.Tensor) -> torch.Tensor:
-        labels = torch.as_tensor(labels)
         L = len(self.num_classes_per_level)
-        if labels.ndim != 2 or labels.shape[1] < L:
-            raise ValueError(f"CSL needs hierarchical labels [B, L] with L >= {L} (finest first), "
-                             f"got shape {tuple(labels.shape)}")
-        labels = labels[:, :L].long()
+        labels = hierarchical_labels(labels, L, "CSL")[:, :L].long()
         for lvl, c in enumerate(self.num_classes_per_level):
-            col = labels[:, lvl]
-            if col.numel() and (int(col.min()) < 0 or int(col.max()) >= c):
-                raise ValueError(f"labels of level {lvl} must be in [0, {c}) (num_classes_per_level), "
-                                 f"got range [{int(col.min())}, {int(col.max())}]")
+            check_class_range(labels[:, lvl], c, f"labels of level {lvl}", " (num_classes_per_level)")
         return labels
 
     @torch.no_grad()
@@ -121,14 +115,12 @@ class CSL(nn.Module):
         self.proxy_labels[fine] = rows
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
-        if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_size:
-            raise ValueError(f"embeddings must be [B, {self.embedding_size}], got {tuple(embeddings.shape)}")
+        check_embeddings(embeddings, self.embedding_size)
         labels = self._check(torch.as_tensor(labels, device=embeddings.device))
-        if labels.shape[0] != embeddings.shape[0]:
-            raise ValueError("embeddings and labels have different lengths")
+        check_lengths(embeddings, labels)
         if self.training:
             self.register_labels(labels)
-        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+        with no_autocast(embeddings):
             x = embeddings.float()
             sims = self.scale * (x @ F.normalize(self.weight.float(), dim=1).T)  # [B, C0]
             pos = sims.gather(1, labels[:, :1]).squeeze(1)  # own finest proxy

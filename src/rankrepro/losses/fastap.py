@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from pytorch_metric_learning import losses as pml_losses
 
-from .baselines import attached_zero, level_labels, ref_starts_with_batch
+from .inputs import attached_zero, check_batch, clear_self_pairs, keep_in_graph, no_autocast, ref_starts_with_batch
 from .registry import register
 
 __all__ = ["FastAP"]
@@ -48,33 +48,16 @@ class FastAP(torch.nn.Module):
         return f"num_bins={self.num_bins}"
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
-        if embeddings.ndim != 2:
-            raise ValueError(f"embeddings must be [B, D], got {tuple(embeddings.shape)}")
-        y = level_labels(torch.as_tensor(labels, device=embeddings.device))
-        if y.shape[0] != embeddings.shape[0]:
-            raise ValueError("embeddings and labels have different lengths")
-        if (ref_embeddings is None) != (ref_labels is None):
-            raise ValueError("ref_embeddings and ref_labels must be given together")
-        with torch.autocast(device_type=embeddings.device.type, enabled=False):
-            emb = embeddings.float()
-            if ref_embeddings is None:
-                out = self.loss(emb, y)
-                if not out.requires_grad and emb.requires_grad:
-                    out = out + attached_zero(emb)
-                return out
-            ref = ref_embeddings.detach().to(device=emb.device, dtype=torch.float32)
-            yr = level_labels(torch.as_tensor(ref_labels, device=emb.device))
-            if ref.shape[0] != yr.shape[0] or ref.shape[1] != emb.shape[1]:
-                raise ValueError("ref_embeddings/ref_labels shapes do not match the batch")
+        with no_autocast(embeddings):
+            emb, y, ref, yr = check_batch(embeddings, labels, ref_embeddings, ref_labels)
+            if ref is None:
+                return keep_in_graph(self.loss(emb, y), emb)
             n_self = emb.shape[0] if ref_starts_with_batch(emb, ref) else 0
             return self._with_ref(emb, y, ref, yr, n_self)
 
     def _with_ref(self, emb, y, ref, yr, n_self):
         same = y.unsqueeze(1) == yr.unsqueeze(0)
-        pos = same.clone()
-        if n_self:
-            ar = torch.arange(n_self, device=emb.device)
-            pos[ar, ar] = False
+        pos = clear_self_pairs(same, n_self)
         neg = ~same
         n_pos = pos.sum(1)
         valid = n_pos > 0

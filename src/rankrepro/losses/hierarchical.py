@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from .baselines import NormalizedSoftmax, ProxyNCAPP, Triplet
+from .inputs import hierarchical_labels
 from .registry import register
 
 __all__ = ["SumTripletSH", "SumNSM", "SumNCAPP"]
@@ -40,14 +41,6 @@ def _check_levels(levels, num_levels=None):
     if num_levels is not None and max(levels) >= num_levels:
         raise ValueError(f"levels {levels!r} out of range for {num_levels} level(s) (num_classes_per_level)")
     return [int(v) for v in levels]
-
-
-def _hier(labels, need: int, name: str) -> torch.Tensor:
-    labels = torch.as_tensor(labels)
-    if labels.ndim != 2 or labels.shape[1] < need:
-        raise ValueError(f"{name} needs hierarchical labels [B, L] with L >= {need} (finest first), "
-                         f"got shape {tuple(labels.shape)}")
-    return labels
 
 
 class _LevelSum(nn.Module):
@@ -84,11 +77,11 @@ class SumTripletSH(_LevelSum):
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
         levels = self.levels
-        labels = _hier(labels, 1 if levels is None else max(levels) + 1, "sum_triplet_sh")
+        labels = hierarchical_labels(labels, 1 if levels is None else max(levels) + 1, "sum_triplet_sh")
         if levels is None:
             levels = list(range(labels.shape[1]))
         if ref_labels is not None:
-            ref_labels = _hier(ref_labels, max(levels) + 1, "sum_triplet_sh (ref_labels)")
+            ref_labels = hierarchical_labels(ref_labels, max(levels) + 1, "sum_triplet_sh (ref_labels)")
         values = []
         for lvl in levels:
             values.append(self.triplet(embeddings, labels[:, lvl], ref_embeddings,
@@ -118,7 +111,7 @@ class _ProxyLevelSum(_LevelSum):
                 f"reduction={self.reduction!r}")
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
-        labels = _hier(labels, max(self.levels) + 1, type(self).__name__)
+        labels = hierarchical_labels(labels, max(self.levels) + 1, type(self).__name__)
         values = []
         for lvl in self.levels:
             try:

@@ -1,84 +1,14 @@
-"""PNP loss (Li et al., AAAI 2022): penalise the negatives ranked before each positive.
-
-Also hosts the small input helpers shared by ``topk.py`` and ``blackbox.py``
-(:func:`query_lists`, :func:`drop_self`).
-"""
+"""PNP loss (Li et al., AAAI 2022): penalise the negatives ranked before each positive."""
 
 from __future__ import annotations
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from .inputs import attached_zero, no_autocast, query_lists, self_mask
 from .registry import register
 
-__all__ = ["PNPLoss", "PNPO", "PNPIu", "PNPIb", "PNPDs", "PNPDq", "query_lists", "drop_self"]
-
-
-# ------------------------------------------------------------------ shared input helpers
-
-
-def finest(labels: torch.Tensor) -> torch.Tensor:
-    """Column 0 of [B, L] labels (finest level), or the [B] labels themselves."""
-    if labels.ndim == 2:
-        return labels[:, 0]
-    if labels.ndim != 1:
-        raise ValueError(f"labels must be [B] or [B, L], got shape {tuple(labels.shape)}")
-    return labels
-
-
-def query_lists(embeddings, labels, ref_embeddings, ref_labels, ref_includes_batch: bool):
-    """Validate the loss inputs and return ``(emb, y, ref, y_ref, self_idx)`` in float32.
-
-    Without a reference set the retrieval set is the batch itself (``ref is emb``, so the
-    gradient flows through both sides of every similarity) and ``self_idx = arange(B)``.
-    With one, ``ref`` is detached; if ``ref_includes_batch`` (what
-    :class:`~rankrepro.losses.memory.MemoryLoss` passes: the current batch at indices
-    0..B-1, then the memory) each query's own entry is column ``self_idx[q] = q``;
-    otherwise the reference set holds no query and ``self_idx`` is None.
-    Call it with autocast disabled.
-    """
-    if embeddings.ndim != 2:
-        raise ValueError(f"embeddings must be [B, D], got {tuple(embeddings.shape)}")
-    y = finest(torch.as_tensor(labels, device=embeddings.device))
-    if y.shape[0] != embeddings.shape[0]:
-        raise ValueError("embeddings and labels have different lengths")
-    if (ref_embeddings is None) != (ref_labels is None):
-        raise ValueError("ref_embeddings and ref_labels must be given together")
-    emb = embeddings.float()
-    B = emb.shape[0]
-    if ref_embeddings is None:
-        return emb, y, emb, y, torch.arange(B, device=emb.device)
-    ref = ref_embeddings.detach().to(device=emb.device, dtype=torch.float32)
-    yr = finest(torch.as_tensor(ref_labels, device=emb.device))
-    if ref.ndim != 2 or ref.shape[0] != yr.shape[0] or ref.shape[1] != emb.shape[1]:
-        raise ValueError("ref_embeddings/ref_labels shapes do not match the embeddings")
-    if not ref_includes_batch:
-        return emb, y, ref, yr, None
-    if ref.shape[0] < B or not bool((yr[:B] == y).all()):
-        raise ValueError(
-            "ref_includes_batch=True but the reference set does not start with the batch "
-            "(its first B labels differ); pass ref_includes_batch=False for a reference set "
-            "that holds no query"
-        )
-    return emb, y, ref, yr, torch.arange(B, device=emb.device)
-
-
-def self_mask(shape, self_idx: torch.Tensor | None, device) -> torch.Tensor | None:
-    """Bool [Q, N] with True at (q, self_idx[q]) (None if ``self_idx`` is None)."""
-    if self_idx is None:
-        return None
-    m = torch.zeros(shape, dtype=torch.bool, device=device)
-    m[torch.arange(shape[0], device=device), self_idx] = True
-    return m
-
-
-def drop_self(mat: torch.Tensor, self_idx: torch.Tensor | None) -> torch.Tensor:
-    """Remove column ``self_idx[q]`` from row q of ``mat`` [Q, N] -> [Q, N-1] (differentiable)."""
-    if self_idx is None:
-        return mat
-    Q, N = mat.shape
-    keep = ~self_mask((Q, N), self_idx, mat.device)
-    return mat[keep].view(Q, N - 1)
+__all__ = ["PNPLoss", "PNPO", "PNPIu", "PNPIb", "PNPDs", "PNPDq"]
 
 
 # ------------------------------------------------------------------------------- PNP
@@ -214,7 +144,7 @@ class PNPLoss(torch.nn.Module):
         return (b * R - torch.log1p(b * R)) / (b * b)
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None) -> torch.Tensor:
-        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+        with no_autocast(embeddings):
             emb, y, ref, yr, self_idx = query_lists(
                 embeddings, labels, ref_embeddings, ref_labels, self.ref_includes_batch
             )
@@ -233,7 +163,7 @@ class PNPLoss(torch.nn.Module):
         others = same if selfm is None else same & ~selfm
         valid = others.any(1)  # at least one positive besides the query itself
         if not bool(valid.any()):
-            return emb.sum() * 0.0
+            return attached_zero(emb)
         pos_mask = same if (self.include_query or selfm is None) else others
         q_idx = valid.nonzero(as_tuple=True)[0]
         pos_mask, neg_mask = pos_mask[q_idx], ~same[q_idx]

@@ -54,6 +54,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .inputs import check_batch
+
 __all__ = [
     "Step",
     "HeavisideStep",
@@ -65,7 +67,6 @@ __all__ = [
     "Ranks",
     "relevant_ranks",
     "prepare_lists",
-    "as_label_matrix",
     "shared_levels",
     "happier_relevance",
     "ap_head",
@@ -346,16 +347,6 @@ def relevant_ranks(
 # ----------------------------------------------------------------- lists and relevances
 
 
-def as_label_matrix(labels, device=None) -> torch.Tensor:
-    """Labels as a [B, L] long tensor (a [B] vector becomes one level)."""
-    y = torch.as_tensor(labels, device=device)
-    if y.ndim == 1:
-        y = y.unsqueeze(1)
-    if y.ndim != 2:
-        raise ValueError(f"labels must be [B] or [B, L], got shape {tuple(y.shape)}")
-    return y.long()
-
-
 def shared_levels(y: torch.Tensor, yr: torch.Tensor) -> torch.Tensor:
     """[B, N] number of hierarchy levels whose labels agree (SupRank's label matrix)."""
     if y.shape[1] != yr.shape[1]:
@@ -401,24 +392,13 @@ def prepare_lists(embeddings, labels, ref_embeddings, ref_labels, include_query:
     with the batch (as :class:`rankrepro.losses.memory.MemoryLoss` builds it) and is
     then kept iff ``include_query``.
     """
-    if embeddings.ndim != 2:
-        raise ValueError(f"embeddings must be [B, D], got {tuple(embeddings.shape)}")
-    if (ref_embeddings is None) != (ref_labels is None):
-        raise ValueError("ref_embeddings and ref_labels must be given together")
-    dev = embeddings.device
-    emb = embeddings.float()
-    y = as_label_matrix(labels, dev)
+    emb, y, ref, yr = check_batch(embeddings, labels, ref_embeddings, ref_labels, level=None)
+    dev = emb.device
     b = emb.shape[0]
-    if y.shape[0] != b:
-        raise ValueError("embeddings and labels have different lengths")
-    if ref_embeddings is None:
+    if ref is None:
         ref, yr = emb, y
         self_col = torch.arange(b, device=dev)
     else:
-        ref = ref_embeddings.detach().to(device=dev, dtype=torch.float32)
-        yr = as_label_matrix(ref_labels, dev)
-        if ref.shape[0] != yr.shape[0] or ref.ndim != 2 or ref.shape[1] != emb.shape[1]:
-            raise ValueError("ref_embeddings/ref_labels shapes do not match the batch")
         starts_with_batch = (ref.shape[0] >= b and yr.shape[1] == y.shape[1]
                              and torch.equal(ref[:b], emb.detach()) and torch.equal(yr[:b], y))
         self_col = torch.arange(b, device=dev) if starts_with_batch else torch.full((b,), -1, device=dev)

@@ -5,17 +5,10 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from .inputs import attached_zero, check_batch, no_autocast
 from .registry import register
 
 __all__ = ["SmoothAP"]
-
-
-def _finest(labels: torch.Tensor) -> torch.Tensor:
-    if labels.ndim == 2:
-        return labels[:, 0]
-    if labels.ndim != 1:
-        raise ValueError(f"labels must be [B] or [B, L], got shape {tuple(labels.shape)}")
-    return labels
 
 
 def _ap_rows(
@@ -109,24 +102,12 @@ class SmoothAP(torch.nn.Module):
         ref_embeddings: torch.Tensor | None = None,
         ref_labels: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if embeddings.ndim != 2:
-            raise ValueError(f"embeddings must be [B, D], got {tuple(embeddings.shape)}")
-        y = _finest(torch.as_tensor(labels, device=embeddings.device))
-        if y.shape[0] != embeddings.shape[0]:
-            raise ValueError("embeddings and labels have different lengths")
-        if (ref_embeddings is None) != (ref_labels is None):
-            raise ValueError("ref_embeddings and ref_labels must be given together")
-        device_type = embeddings.device.type
-        with torch.autocast(device_type=device_type, enabled=False):
-            emb = embeddings.float()
-            if ref_embeddings is None:
+        with no_autocast(embeddings):
+            emb, y, ref, yr = check_batch(embeddings, labels, ref_embeddings, ref_labels)
+            same_set = ref is None
+            if same_set:
                 ref, yr = emb, y
-            else:
-                ref = ref_embeddings.detach().to(device=emb.device, dtype=torch.float32)
-                yr = _finest(torch.as_tensor(ref_labels, device=emb.device))
-                if ref.shape[0] != yr.shape[0] or ref.shape[1] != emb.shape[1]:
-                    raise ValueError("ref_embeddings/ref_labels shapes do not match")
-            return self._loss(emb, y, ref, yr, ref_embeddings is None)
+            return self._loss(emb, y, ref, yr, same_set)
 
     def _loss(self, emb, y, ref, yr, same_set: bool) -> torch.Tensor:
         B = emb.shape[0]
@@ -144,7 +125,7 @@ class SmoothAP(torch.nn.Module):
         else:
             valid = n_pos > 0
         if not bool(valid.any()):
-            return emb.sum() * 0.0
+            return attached_zero(emb)
 
         q_idx = valid.nonzero(as_tuple=True)[0]
         pos_mask = pos_mask[q_idx]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .baselines import attached_zero, level_labels, ref_starts_with_batch
+from .inputs import attached_zero, check_batch, clear_self_pairs, no_autocast, ref_starts_with_batch
 from .registry import register
 
 __all__ = ["SoftBinAP", "soft_bins"]
@@ -69,38 +69,21 @@ class SoftBinAP(torch.nn.Module):
                 f"include_query={self.include_query}")
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
-        if embeddings.ndim != 2:
-            raise ValueError(f"embeddings must be [B, D], got {tuple(embeddings.shape)}")
-        y = level_labels(torch.as_tensor(labels, device=embeddings.device))
-        if y.shape[0] != embeddings.shape[0]:
-            raise ValueError("embeddings and labels have different lengths")
-        if (ref_embeddings is None) != (ref_labels is None):
-            raise ValueError("ref_embeddings and ref_labels must be given together")
-        with torch.autocast(device_type=embeddings.device.type, enabled=False):
-            emb = embeddings.float()
-            if ref_embeddings is None:
+        with no_autocast(embeddings):
+            emb, y, ref, yr = check_batch(embeddings, labels, ref_embeddings, ref_labels)
+            if ref is None:
                 ref, yr, n_self = emb, y, emb.shape[0]
             else:
-                ref = ref_embeddings.detach().to(device=emb.device, dtype=torch.float32)
-                yr = level_labels(torch.as_tensor(ref_labels, device=emb.device))
-                if ref.shape[0] != yr.shape[0] or ref.shape[1] != emb.shape[1]:
-                    raise ValueError("ref_embeddings/ref_labels shapes do not match the batch")
                 n_self = emb.shape[0] if ref_starts_with_batch(emb, ref) else 0
             return self._loss(emb, y, ref, yr, n_self)
 
     def _loss(self, emb, y, ref, yr, n_self):
         scores = emb @ ref.T  # [B, N]
         target = (y.unsqueeze(1) == yr.unsqueeze(0)).to(scores.dtype)
+        others = clear_self_pairs(target, n_self)  # relevant items besides the query itself
         keep = torch.ones_like(target)
-        if n_self:
-            ar = torch.arange(n_self, device=emb.device)
-            others = target.clone()
-            others[ar, ar] = 0
-            if not self.include_query:
-                keep[ar, ar] = 0
-                target = others
-        else:
-            others = target
+        if not self.include_query:
+            keep, target = clear_self_pairs(keep, n_self), others
         valid = others.sum(1) > 0
         if not bool(valid.any()):
             return attached_zero(emb)

@@ -56,6 +56,7 @@ import torch
 from torch import nn
 
 from .calibration import CalibrationLoss, NormalizedSoftmaxDG
+from .inputs import attached_zero, no_autocast
 from .rank import (
     DEFAULT_MAX_ELEMENTS,
     SigmoidStep,
@@ -119,7 +120,7 @@ class _RankingLoss(nn.Module):
                               max_elements=self.max_elements)
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
-        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+        with no_autocast(embeddings):
             emb, y, _, yr, scores, lst, self_col = prepare_lists(
                 embeddings, labels, ref_embeddings, ref_labels, self.include_query)
             if not self.hierarchical:
@@ -132,7 +133,7 @@ class _RankingLoss(nn.Module):
         cols = torch.arange(scores.shape[1], device=scores.device).unsqueeze(0)
         keep = ((level > 0) & list_mask & (cols != self_col.unsqueeze(1))).any(1)
         if not bool(keep.any()):
-            return scores.sum() * 0.0
+            return attached_zero(scores)
         if not bool(keep.all()):
             q = keep.nonzero(as_tuple=True)[0]
             scores, level, list_mask = scores[q], level[q], list_mask[q]

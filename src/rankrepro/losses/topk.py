@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .pnp import drop_self, query_lists
+from .inputs import attached_zero, drop_self, no_autocast, query_lists
 from .registry import register
 
 __all__ = ["TopKPrecisionLoss", "topk_precision_per_query"]
@@ -125,7 +125,7 @@ class TopKPrecisionLoss(torch.nn.Module):
                 f"last_group_only={self.last_group_only}, official_hard_topk={self.official_hard_topk}")
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None) -> torch.Tensor:
-        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+        with no_autocast(embeddings):
             emb, y, ref, yr, self_idx = query_lists(
                 embeddings, labels, ref_embeddings, ref_labels, self.ref_includes_batch
             )
@@ -134,7 +134,7 @@ class TopKPrecisionLoss(torch.nn.Module):
             n_pos = rel.sum(1)
             valid = n_pos > 0
             if not bool(valid.any()) or s.shape[1] == 0:
-                return emb.sum() * 0.0
+                return attached_zero(emb)
             s_hat = s + self.margin * (~rel).to(s.dtype)
             per_q = topk_precision_per_query(s_hat[valid], rel[valid], self.k, self.official_hard_topk)
             return self._reduce(per_q, y[valid], n_pos[valid])
