@@ -85,3 +85,15 @@ def test_replica_tables_say_so(tmp_path):
 def test_unknown_table_is_a_clear_error():
     with pytest.raises(FileNotFoundError, match="known"):
         load_spec("suprank", "table99")
+
+
+def test_atomic_outputs_get_the_usual_permissions(tmp_path):
+    import os
+    import stat
+
+    from rankrepro.io import atomic_write_text
+
+    atomic_write_text(tmp_path / "x.txt", "x")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "x.txt").stat().st_mode) == 0o666 & ~mask
