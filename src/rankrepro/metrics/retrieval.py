@@ -21,9 +21,10 @@ mAP / AP  (1/R) sum_p rank+(p) / rank(p) over the full list (= PML mAP with k=No
 
 Suffix ``_level{c}`` evaluates at label column c (default 0, the finest). With ties
 ``"pessimistic"``, ``rank(p) = #{items with score >= s_p}`` and ``rank+(p)`` likewise among positives,
-so full-list AP equals scikit-learn's ``average_precision_score`` (which also needs no rank sort:
-AP = (1/R) sum_p #{positives >= s_p} / #{items >= s_p}). With ``"index"`` it equals PML's value
-whenever faiss returns exact ties in index order.
+so full-list AP equals scikit-learn's ``average_precision_score`` (AP = (1/R) sum_p
+#{positives >= s_p} / #{items >= s_p}). With ``"index"`` every metric equals PML's
+AccuracyCalculator (faiss IndexFlatIP) on full lists (k=None) even with exact ties; with a finite k
+PML's faiss heap may keep other tied items at the k boundary.
 """
 
 from __future__ import annotations
@@ -58,17 +59,17 @@ def binary_metric(r: Ranked, lam: int, kind: str, k: int | None, ties: str) -> t
         v = (rank <= k).sum(1).to(torch.float64) / torch.clamp(big_r, max=float(k))
     elif kind == "RP":
         v = (rank <= n_pos[:, None]).sum(1).to(torch.float64) / big_r
-    elif kind in ("mAP@R", "mAP@k", "mAP"):
+    elif kind == "mAP":  # every positive has an exact rank here (sort path)
+        term = r.before(ties, lam).to(torch.float64) / r.rank_f(ties)
+        v = (term * pos).sum(1) / big_r
+    elif kind in ("mAP@R", "mAP@k"):
         if kind == "mAP@R":
             cut, denom = n_pos[:, None], big_r
-        elif kind == "mAP@k":
-            cut, denom = torch.full_like(n_pos[:, None], k), torch.clamp(big_r, max=float(k))
         else:
-            cut, denom = torch.full_like(n_pos[:, None], BIG - 1), big_r
+            cut, denom = k, torch.clamp(big_r, max=float(k))
         hit = rank <= cut
-        bef = r.before(ties, lam).to(torch.float64)
-        term = torch.where(hit, bef / rank.clamp(max=2**52).to(torch.float64), torch.zeros_like(bef))
-        v = term.sum(1) / denom
+        term = r.before(ties, lam).to(torch.float64) / rank.clamp(max=2**52).to(torch.float64)
+        v = (term * hit).sum(1) / denom
     else:  # pragma: no cover - guarded by the parser
         raise ValueError(f"unknown binary metric {kind!r}")
     return torch.where(n_pos > 0, v, torch.full_like(v, float("nan")))
@@ -83,7 +84,7 @@ def retrieval_metrics(
     r_precision: bool = True,
     gallery=None,
     gallery_labels=None,
-    chunk_size: int = 256,
+    chunk_size: int = 512,
     device=None,
 ) -> dict:
     """``R@k`` (k in ``recall_at``), ``mAP@R`` and ``RP`` at the finest level (column 0).

@@ -1,0 +1,234 @@
+"""Metric speed benchmark: ``python -m rankrepro bench metrics`` writes ``<out>/metrics.md``.
+
+On random L2-normalised embeddings of the evaluation shapes (SOP test: 60,502 x 512, 11,316 classes
+in 12 super-classes; an iNaturalist-shaped test set: 136,093 x 512, 2,452 long-tailed classes in 13
+super-classes), each stage runs in a fresh process (peak memory = that process's max RSS, data
+included):
+
+(a) floor: the bare similarity matrix product in chunks of 512 queries (the faster of whole-gallery
+    rows and 4096-column blocks) — no exact method can beat it;
+(b) ours: R@1/10/100/1000 + mAP@R (``rankrepro.metrics.compute``, counting path);
+(c) PML's AccuracyCalculator (faiss IndexFlatIP, k = max(1000, largest class), plus R@10/100/1000
+    added the way ROADMAP does) on the same data — the numbers must equal (b)'s;
+(d) ours: full-list mAP, H-AP, ASI, NDCG (sort path).
+
+Targets: (b) <= 1.1x the floor, (d) <= 2x the floor in < 4 GB. Times are wall-clock seconds on
+whatever machine runs it; the table records the CPU count, torch threads and load average.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import platform
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SHAPES = (("SOP", 60502, 11316, 12, 2), ("iNat", 136093, 2452, 13, 1))  # (name, n, classes, supers, repeats)
+RANKED = ("R@1", "R@10", "R@100", "R@1000", "mAP@R")
+FULL = ("mAP", "H-AP", "ASI", "NDCG")
+STAGES = ("floor", "ours-ranked", "pml", "ours-full")
+CHUNK = 512  # rows per matrix product, as compute()'s default max_rows
+
+
+def make_data(n: int, n_classes: int, n_super: int, dim: int, seed: int = 0):
+    """Random unit embeddings and [n, 2] tree labels (fine, super).
+
+    SOP-like (< 10 images per class): 2..~12 images per class, classes spread evenly over the
+    super-classes. iNat-like: long-tailed class sizes and skewed super-classes."""
+    rng = np.random.default_rng(seed)
+    x = torch.randn(n, dim, generator=torch.Generator().manual_seed(seed))
+    x = torch.nn.functional.normalize(x, dim=1)
+    if n < 2 * n_classes:
+        raise ValueError("need at least two images per class")
+    if n / n_classes < 10:  # SOP-like: 2..~12 images per class
+        extra = rng.multinomial(n - 2 * n_classes, np.full(n_classes, 1.0 / n_classes))
+    else:  # iNat-like long tail
+        w = 1.0 / (np.arange(n_classes) + 10.0) ** 0.9
+        extra = rng.multinomial(n - 2 * n_classes, w / w.sum())
+    sizes = 2 + extra
+    fine = rng.permutation(np.repeat(np.arange(n_classes), sizes))
+    if n / n_classes < 10:  # SOP: 12 categories of similar size
+        sup_of = rng.permutation(np.arange(n_classes) % n_super)
+    else:  # iNat: skewed iconic super-categories (a few hold most species)
+        p_super = 1.0 / (np.arange(n_super) + 2.0)
+        sup_of = rng.choice(n_super, size=n_classes, p=p_super / p_super.sum())
+    return x, np.stack([fine, sup_of[fine]], 1)
+
+
+def _pml(x: torch.Tensor, labels: np.ndarray) -> dict:
+    import faiss
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+    from pytorch_metric_learning.utils.inference import FaissKNN
+
+    class WithRecall(AccuracyCalculator):
+        """AccuracyCalculator plus R@k = any positive in the top k (as ROADMAP's CustomCalculator)."""
+
+        def _recall(self, knn_labels, query_labels, not_lone_query_mask, k):
+            keep = not_lone_query_mask
+            hit = (knn_labels[keep][:, :k] == query_labels[keep][:, None]).any(1)
+            return hit.double().mean().item()
+
+        def calculate_recall_at_10(self, knn_labels, query_labels, not_lone_query_mask, **kw):
+            return self._recall(knn_labels, query_labels, not_lone_query_mask, 10)
+
+        def calculate_recall_at_100(self, knn_labels, query_labels, not_lone_query_mask, **kw):
+            return self._recall(knn_labels, query_labels, not_lone_query_mask, 100)
+
+        def calculate_recall_at_1000(self, knn_labels, query_labels, not_lone_query_mask, **kw):
+            return self._recall(knn_labels, query_labels, not_lone_query_mask, 1000)
+
+        def requires_knn(self):
+            return super().requires_knn() + ["recall_at_10", "recall_at_100", "recall_at_1000"]
+
+    y = torch.from_numpy(labels[:, 0])
+    k = int(min(len(y) - 1, max(1000, np.bincount(labels[:, 0]).max() - 1)))
+    ac = WithRecall(include=("precision_at_1", "mean_average_precision_at_r", "recall_at_10", "recall_at_100",
+                             "recall_at_1000"), k=k, device=torch.device("cpu"),
+                    knn_func=FaissKNN(index_init_fn=faiss.IndexFlatIP))
+    r = ac.get_accuracy(x, y)
+    return {"R@1": r["precision_at_1"], "R@10": r["recall_at_10"], "R@100": r["recall_at_100"],
+            "R@1000": r["recall_at_1000"], "mAP@R": r["mean_average_precision_at_r"]}
+
+
+def _stage(stage: str, n: int, n_classes: int, n_super: int, dim: int, threads: int | None) -> dict:
+    """Run one stage on freshly generated data; returns seconds, values and peak RSS (MiB)."""
+    if threads:
+        torch.set_num_threads(threads)
+    x, labels = make_data(n, n_classes, n_super, dim)
+    start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    values: dict = {}
+    if stage == "floor":  # the faster of two plain chunkings: query rows x whole gallery, or blocks
+        for a in range(0, n, CHUNK):
+            s = x[a : a + CHUNK] @ x.T
+        t_rows = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        for a in range(0, n, CHUNK):
+            q = x[a : a + CHUNK]
+            for c in range(0, n, 4096):
+                s = q @ x[c : c + 4096].T
+        t_blocks = time.perf_counter() - t1
+        del s
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        return {"stage": stage, "seconds": min(t_rows, t_blocks), "values": {}, "peak_mib": rss,
+                "start_mib": start_rss, "load": (load0 + os.getloadavg()[0]) / 2,
+                "detail": f"rows {t_rows:.1f} s, blocks {t_blocks:.1f} s"}
+    elif stage == "ours-ranked":
+        from rankrepro.metrics import compute
+
+        values = compute(x, labels, metrics=list(RANKED))
+    elif stage == "pml":
+        values = _pml(x, labels)
+    elif stage == "ours-full":
+        from rankrepro.metrics import compute
+
+        values = compute(x, labels, metrics=list(FULL))
+    else:  # pragma: no cover
+        raise ValueError(stage)
+    seconds = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    values = {k: float(v) for k, v in values.items() if k in RANKED + FULL}
+    return {"stage": stage, "seconds": seconds, "values": values, "peak_mib": rss, "start_mib": start_rss,
+            "load": (load0 + os.getloadavg()[0]) / 2}
+
+
+def _run_isolated(args, timeout: float | None):
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        res = pool.apply_async(_stage, args)
+        try:
+            return res.get(timeout=timeout)
+        except mp.TimeoutError:
+            pool.terminate()
+            return {"stage": args[0], "seconds": float("nan"), "values": {}, "peak_mib": float("nan"),
+                    "start_mib": float("nan"), "load": os.getloadavg()[0], "skipped": f"over {timeout:.0f} s"}
+
+
+def run(out_dir, shapes=SHAPES, dim: int = 512, stages=STAGES, isolate: bool = True, threads: int | None = None,
+        pml_timeout: float | None = 3600.0, repeats: int = 2) -> list[dict]:
+    """Run the benchmark and write ``<out_dir>/metrics.md``; returns one row per (shape, stage).
+
+    ``shapes``: (name, n, classes, super-classes[, repeats]) tuples; ``isolate``: one spawned
+    process per stage (peak-memory numbers need it; tests turn it off); ``repeats`` (default for
+    shapes that give none): the floor and ours-ranked (the 1.1x comparison) run alternately this
+    many times and keep their best time."""
+    rows = []
+    for shape in shapes:
+        name, n, n_classes, n_super = shape[:4]
+        reps = shape[4] if len(shape) > 4 else repeats
+        order = [st for st in stages if st in ("floor", "ours-ranked")] * max(1, reps)
+        order += [st for st in stages if st not in ("floor", "ours-ranked")]
+        best: dict = {}
+        for stage in order:
+            args = (stage, n, n_classes, n_super, dim, threads)
+            if isolate:
+                r = _run_isolated(args, pml_timeout if stage == "pml" else None)
+            else:
+                r = _stage(*args)
+            print(f"[bench metrics] {name} {stage}: {r['seconds']:.1f} s (load {r['load']:.1f})", flush=True)
+            prev = best.get(stage)
+            if prev is not None:
+                r["peak_mib"] = max(r["peak_mib"], prev["peak_mib"])
+                r["runs"] = prev.get("runs", 1) + 1
+                if not r["seconds"] < prev["seconds"]:
+                    r = {**prev, "peak_mib": r["peak_mib"], "runs": r["runs"]}
+            best[stage] = r
+        for stage in stages:
+            r = best[stage]
+            r.update(shape=name, n=n, classes=n_classes)
+            rows.append(r)
+    write_table(rows, Path(out_dir) / "metrics.md", dim=dim)
+    return rows
+
+
+def _fmt(v, nd=4):
+    return "—" if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{v:.{nd}f}"
+
+
+def write_table(rows: list[dict], path: Path, dim: int = 512) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["# Metric speed benchmark", "",
+             f"Random unit embeddings (dim {dim}); machine: {platform.machine()}, {os.cpu_count()} CPU(s), "
+             f"torch {torch.__version__} with {torch.get_num_threads()} thread(s), "
+             f"{'CUDA' if torch.cuda.is_available() else 'no CUDA'}. Each stage in a fresh process; "
+             "'load' is the 1-minute load average during the stage (the machine may be shared). "
+             "'peak MiB' is the process's max RSS (Python, torch and the data included); 'start MiB' the "
+             "same just before the stage, so their difference is what the stage itself added.", "",
+             "| shape | stage | seconds | × floor | peak MiB | start MiB | load | values |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    floors = {r["shape"]: r["seconds"] for r in rows if r["stage"] == "floor"}
+    for r in rows:
+        fl = floors.get(r["shape"])
+        ratio = r["seconds"] / fl if fl and np.isfinite(r["seconds"]) else None
+        vals = ", ".join(f"{k} {v:.6f}" for k, v in r["values"].items()) or r.get("skipped", r.get("detail", ""))
+        if r.get("runs", 1) > 1:
+            vals += f" (best of {r['runs']})"
+        lines.append(f"| {r['shape']} ({r['n']:,} × {dim}, {r['classes']:,} classes) | {r['stage']} | "
+                     f"{_fmt(r['seconds'], 1)} | {_fmt(ratio, 2)} | {_fmt(r['peak_mib'], 0)} | "
+                     f"{_fmt(r.get('start_mib'), 0)} | {_fmt(r['load'], 1)} | "
+                     f"{vals} |")
+    lines += ["", "Agreement of (b) ours-ranked with (c) PML (max |difference| over R@1/10/100/1000, mAP@R):", ""]
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        ours = next((r["values"] for r in rows if r["shape"] == shape and r["stage"] == "ours-ranked"), None)
+        ref = next((r["values"] for r in rows if r["shape"] == shape and r["stage"] == "pml"), None)
+        if ours and ref:
+            diff = max(abs(ours[k] - ref[k]) for k in RANKED)
+            verdict = "identical (to 1e-12)" if diff <= 1e-12 else "DIFFERENT"
+            lines.append(f"- {shape}: max |Δ| = {diff:.1e}, {verdict}")
+        else:
+            lines.append(f"- {shape}: not compared (a stage was skipped)")
+    lines += ["", "Targets: ours-ranked ≤ 1.1 × floor with the same numbers as PML; ours-full ≤ 2 × floor "
+              "in < 4 GB.", ""]
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, path)
+
+
+def main(out_dir="results/bench") -> None:
+    run(out_dir)
