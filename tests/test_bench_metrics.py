@@ -21,7 +21,7 @@ def test_bench_tiny(tmp_path):
         ours, ref = by[(shape, "ours-ranked")]["values"], by[(shape, "pml")]["values"]
         assert ours == pytest.approx(ref, abs=1e-12)
         assert set(by[(shape, "ours-full")]["values"]) == set(bench.FULL)
-        assert all(r["seconds"] > 0 and r["peak_mib"] > 0 for r in rows)
+        assert all(r["seconds"] > 0 and r["cpu"] > 0 and r["peak_mib"] > 0 for r in rows)
     assert by[("tiny", "floor")]["runs"] == 2 and "best of 2" in text
 
 

@@ -209,9 +209,11 @@ def test_exclude_any_item():
 
 
 @pytest.mark.parametrize("iters", [2, None])
-def test_counting_path_fallback_to_sort(iters, monkeypatch):
+@pytest.mark.parametrize("tied", [False, True])
+def test_counting_path_many_positives(iters, tied, monkeypatch):
     # clustered embeddings: the positives fill the top of every list, so the counting path needs
-    # one pass per positive; with a low limit it sorts those rows instead; results must not change
+    # one pass per positive; past the limit it takes each row's top-(cutoff + 1) scores instead
+    # (a partial sort); results must not change, with or without exact ties
     from rankrepro.metrics import ranking
 
     if iters is not None:
@@ -219,14 +221,19 @@ def test_counting_path_fallback_to_sort(iters, monkeypatch):
     rng = np.random.default_rng(5)
     centers = rng.standard_normal((8, 6))
     lab = np.repeat(np.arange(8), 12)
-    x = centers[lab] + 0.05 * rng.standard_normal((96, 6))
-    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-    names = ["mAP@R", "RP", "P@10", "R@1", "mAP@8"]
-    ref = reference(names, x, lab[:, None], x, lab[:, None], np.arange(96), None, count_self=True)
-    got = compute(x, lab, metrics=names)
-    for name in names:
-        assert got[name] == pytest.approx(ref[name], abs=1e-12), name
-    assert got["mAP@R"] > 0.9
+    x = centers[lab] + (0.3 if tied else 0.05) * rng.standard_normal((96, 6))
+    if tied:  # small integers: exact scores, many exact ties
+        x = np.round(2 * x)
+    else:
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    x = x.astype(np.float32)
+    names = ["mAP@R", "RP", "P@10", "R@1", "mAP@8", "MRR"]
+    for ties in (None, "pessimistic"):
+        ref = reference(names, x, lab[:, None], x, lab[:, None], np.arange(96), ties, count_self=True)
+        got = compute(x, lab, metrics=names, ties=ties)
+        for name in names:
+            assert got[name] == pytest.approx(ref[name], abs=1e-12), name
+    assert got["mAP@R"] > 0.5
 
 
 def test_chunking_and_budget_do_not_change_results():

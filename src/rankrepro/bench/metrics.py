@@ -86,7 +86,7 @@ def _pml(x: torch.Tensor, labels: np.ndarray) -> dict:
             return super().requires_knn() + ["recall_at_10", "recall_at_100", "recall_at_1000"]
 
     y = torch.from_numpy(labels[:, 0])
-    k = int(min(len(y) - 1, max(1000, np.bincount(labels[:, 0]).max() - 1)))
+    k = int(min(len(y) - 1, max(1000, np.bincount(labels[:, 0]).max())))  # >= PML's max bin count
     ac = WithRecall(include=("precision_at_1", "mean_average_precision_at_r", "recall_at_10", "recall_at_100",
                              "recall_at_1000"), k=k, device=torch.device("cpu"),
                     knn_func=FaissKNN(index_init_fn=faiss.IndexFlatIP))
@@ -102,22 +102,23 @@ def _stage(stage: str, n: int, n_classes: int, n_super: int, dim: int, threads: 
     x, labels = make_data(n, n_classes, n_super, dim)
     start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     load0 = os.getloadavg()[0]
+    cpu0 = _cpu()
     t0 = time.perf_counter()
     values: dict = {}
     if stage == "floor":  # the faster of two plain chunkings: query rows x whole gallery, or blocks
         for a in range(0, n, CHUNK):
             s = x[a : a + CHUNK] @ x.T
-        t_rows = time.perf_counter() - t0
-        t1 = time.perf_counter()
+        t_rows, c_rows = time.perf_counter() - t0, _cpu() - cpu0
+        t1, cpu1 = time.perf_counter(), _cpu()
         for a in range(0, n, CHUNK):
             q = x[a : a + CHUNK]
             for c in range(0, n, 4096):
                 s = q @ x[c : c + 4096].T
-        t_blocks = time.perf_counter() - t1
+        t_blocks, c_blocks = time.perf_counter() - t1, _cpu() - cpu1
         del s
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-        return {"stage": stage, "seconds": min(t_rows, t_blocks), "values": {}, "peak_mib": rss,
-                "start_mib": start_rss, "load": (load0 + os.getloadavg()[0]) / 2,
+        return {"stage": stage, "seconds": min(t_rows, t_blocks), "cpu": min(c_rows, c_blocks), "values": {},
+                "peak_mib": rss, "start_mib": start_rss, "load": (load0 + os.getloadavg()[0]) / 2,
                 "detail": f"rows {t_rows:.1f} s, blocks {t_blocks:.1f} s"}
     elif stage == "ours-ranked":
         from rankrepro.metrics import compute
@@ -132,10 +133,17 @@ def _stage(stage: str, n: int, n_classes: int, n_super: int, dim: int, threads: 
     else:  # pragma: no cover
         raise ValueError(stage)
     seconds = time.perf_counter() - t0
+    cpu = _cpu() - cpu0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     values = {k: float(v) for k, v in values.items() if k in RANKED + FULL}
-    return {"stage": stage, "seconds": seconds, "values": values, "peak_mib": rss, "start_mib": start_rss,
-            "load": (load0 + os.getloadavg()[0]) / 2}
+    return {"stage": stage, "seconds": seconds, "cpu": cpu, "values": values, "peak_mib": rss,
+            "start_mib": start_rss, "load": (load0 + os.getloadavg()[0]) / 2}
+
+
+def _cpu() -> float:
+    """CPU seconds used by this process (all its threads)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def _run_isolated(args, timeout: float | None):
@@ -146,12 +154,13 @@ def _run_isolated(args, timeout: float | None):
             return res.get(timeout=timeout)
         except mp.TimeoutError:
             pool.terminate()
-            return {"stage": args[0], "seconds": float("nan"), "values": {}, "peak_mib": float("nan"),
-                    "start_mib": float("nan"), "load": os.getloadavg()[0], "skipped": f"over {timeout:.0f} s"}
+            return {"stage": args[0], "seconds": float("nan"), "cpu": float("nan"), "values": {},
+                    "peak_mib": float("nan"), "start_mib": float("nan"), "load": os.getloadavg()[0],
+                    "skipped": f"not finished within {timeout:.0f} s"}
 
 
 def run(out_dir, shapes=SHAPES, dim: int = 512, stages=STAGES, isolate: bool = True, threads: int | None = None,
-        pml_timeout: float | None = 3600.0, repeats: int = 2) -> list[dict]:
+        pml_timeout: float | None = 1800.0, repeats: int = 2) -> list[dict]:
     """Run the benchmark and write ``<out_dir>/metrics.md``; returns one row per (shape, stage).
 
     ``shapes``: (name, n, classes, super-classes[, repeats]) tuples; ``isolate``: one spawned
@@ -179,6 +188,8 @@ def run(out_dir, shapes=SHAPES, dim: int = 512, stages=STAGES, isolate: bool = T
                 if not r["seconds"] < prev["seconds"]:
                     r = {**prev, "peak_mib": r["peak_mib"], "runs": r["runs"]}
             best[stage] = r
+            partial = [dict(best[st], shape=name, n=n, classes=n_classes) for st in stages if st in best]
+            write_table(rows + partial, Path(out_dir) / "metrics.md", dim=dim)  # progress survives a kill
         for stage in stages:
             r = best[stage]
             r.update(shape=name, n=n, classes=n_classes)
@@ -197,20 +208,23 @@ def write_table(rows: list[dict], path: Path, dim: int = 512) -> None:
              f"Random unit embeddings (dim {dim}); machine: {platform.machine()}, {os.cpu_count()} CPU(s), "
              f"torch {torch.__version__} with {torch.get_num_threads()} thread(s), "
              f"{'CUDA' if torch.cuda.is_available() else 'no CUDA'}. Each stage in a fresh process; "
-             "'load' is the 1-minute load average during the stage (the machine may be shared). "
+             "'load' is the 1-minute load average during the stage (the machine may be shared: wall "
+             "times then vary by tens of percent; 'CPU s' — process CPU time, all threads — is steadier). "
              "'peak MiB' is the process's max RSS (Python, torch and the data included); 'start MiB' the "
              "same just before the stage, so their difference is what the stage itself added.", "",
-             "| shape | stage | seconds | × floor | peak MiB | start MiB | load | values |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-    floors = {r["shape"]: r["seconds"] for r in rows if r["stage"] == "floor"}
+             "| shape | stage | seconds | × floor | CPU s | CPU × floor | peak MiB | start MiB | load | values |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    floors = {r["shape"]: r for r in rows if r["stage"] == "floor"}
     for r in rows:
         fl = floors.get(r["shape"])
-        ratio = r["seconds"] / fl if fl and np.isfinite(r["seconds"]) else None
+        ratio = r["seconds"] / fl["seconds"] if fl and np.isfinite(r["seconds"]) else None
+        cpu_ratio = r.get("cpu", np.nan) / fl["cpu"] if fl and fl.get("cpu") else None
         vals = ", ".join(f"{k} {v:.6f}" for k, v in r["values"].items()) or r.get("skipped", r.get("detail", ""))
         if r.get("runs", 1) > 1:
             vals += f" (best of {r['runs']})"
         lines.append(f"| {r['shape']} ({r['n']:,} × {dim}, {r['classes']:,} classes) | {r['stage']} | "
-                     f"{_fmt(r['seconds'], 1)} | {_fmt(ratio, 2)} | {_fmt(r['peak_mib'], 0)} | "
+                     f"{_fmt(r['seconds'], 1)} | {_fmt(ratio, 2)} | {_fmt(r.get('cpu'), 1)} | {_fmt(cpu_ratio, 2)} | "
+                     f"{_fmt(r['peak_mib'], 0)} | "
                      f"{_fmt(r.get('start_mib'), 0)} | {_fmt(r['load'], 1)} | "
                      f"{vals} |")
     lines += ["", "Agreement of (b) ours-ranked with (c) PML (max |difference| over R@1/10/100/1000, mAP@R):", ""]

@@ -27,8 +27,8 @@ import torch
 
 from . import clustering
 from .hierarchical import asi, discount_table, hap, ndcg, relevance
-from .ranking import (BIG, TIES, LabelIndex, _chunk_rows, as_embeddings, count_path, encode_labels, iter_chunks,
-                      iter_chunks_counted, post_processing, run_parallel, sort_path)
+from .ranking import (BIG, TIES, LabelIndex, _chunk_rows, as_embeddings, chunk_scores, count_path, counted_chunk,
+                      encode_labels, for_chunks, sort_path)
 from .retrieval import binary_metric
 
 __all__ = ["compute", "parse_metric", "Spec"]
@@ -285,21 +285,20 @@ def _evaluate_sorted(q, g, index, specs, *, ties, c_rel, memory_budget, max_rows
 
     rows = index.qorder[n_rel[c_rel][index.qorder] > 0]
     size = index.stop[c_rel] - index.start[c_rel]
-    # the matrix product runs on chunks sized for the scores alone (an efficient product); the
-    # per-item work then runs on sub-chunks of rows sized for their relevant sets
-    # (on CPU, sub-chunks are processed concurrently, one per worker thread)
-    half = memory_budget // 2
+    m = g.shape[0]
     zero = np.zeros(nq, np.int64)
-    for big, s_big in iter_chunks(q, g, index, rows, zero, memory_budget=half, max_rows=max_rows):
-        with post_processing(s_big.device) as pp:
-            workers = pp.workers
-            per = max(1, -(-len(big) // workers))
-            tasks, a = [], 0
-            for chunk in _chunk_rows(big, size, g.shape[0], half // workers, per):
-                tasks.append(lambda sm=s_big[a : a + len(chunk)], ch=chunk: process(sm, ch))
-                a += len(chunk)
-            run_parallel(tasks)
-        del s_big
+    workers = max(1, torch.get_num_threads()) if q.device.type == "cpu" else 1
+
+    def chunk_fn(big: np.ndarray) -> None:
+        # one product for the chunk (sized for its scores), then the per-item work on sub-chunks
+        # of rows sized for their relevant sets
+        s_big = chunk_scores(q, g, index, big)
+        a = 0
+        for chunk in _chunk_rows(big, size, m, memory_budget // 2 // workers, max_rows):
+            process(s_big[a : a + len(chunk)], chunk)
+            a += len(chunk)
+
+    for_chunks(q.device, rows, zero, m, memory_budget // 2, max_rows, chunk_fn)
     for s in swap:  # a dataset-level value: Σ_l w_l · mAP^(l) (see hierarchical.py)
         w = [1.0 / big_c] * big_c if sigma_w is None else [float(x) for x in sigma_w]
         if len(w) != big_c:
@@ -327,14 +326,18 @@ def _evaluate_counted(q, g, index, specs, *, ties, memory_budget, max_rows) -> d
     rows = index.qorder[anyrel[index.qorder]]
     size = np.max([index.stop[c] - index.start[c] for c in cols], axis=0)
     c_first = cols[0]
-    for chunk, s_mat, pre in iter_chunks_counted(q, g, index, rows, size, c_first, memory_budget=memory_budget,
-                                                 max_rows=max_rows, cutoff=first[c_first]):
-        with post_processing(s_mat.device):
-            for c in cols:
-                r = count_path(s_mat, index, chunk, c, first[c][chunk], nxt[c][chunk],
-                               first=pre if c == c_first else None)
-                for s in specs:
-                    if s.col == c:
-                        res[s.name][chunk] = binary_metric(r, 1, s.kind, s.k, _ties_for(s, ties)).cpu().numpy()
-        del s_mat
+    state = {"need_eq": 0.0}  # fraction of rows of the last chunk whose best positive needed its ties
+
+    def chunk_fn(chunk: np.ndarray) -> None:
+        # counting ties in cache is cheaper than re-reading the rows that need it, once many do
+        s_mat, pre = counted_chunk(q, g, index, chunk, c_first, want_eq=state["need_eq"] > 0.25)
+        state["need_eq"] = float(np.mean(pre[3].cpu().numpy() + 1 <= first[c_first][chunk]))
+        for c in cols:
+            r = count_path(s_mat, index, chunk, c, first[c][chunk], nxt[c][chunk],
+                           first=pre if c == c_first else None)
+            for s in specs:
+                if s.col == c:
+                    res[s.name][chunk] = binary_metric(r, 1, s.kind, s.k, _ties_for(s, ties)).cpu().numpy()
+
+    for_chunks(q.device, rows, size, g.shape[0], memory_budget, max_rows, chunk_fn)
     return res

@@ -46,8 +46,8 @@ Two ways to get the ranks
       scores are then computed in blocks of 4096 gallery columns, and the best positive's count
       is taken from each block while it is still in cache (no full-row pass from memory). Further
       positives are counted only while their rank can still fall within the metric's cutoff (R,
-      or k), on the few rows that need it; rows that would need more than 8 such passes are
-      sorted instead. With a sort-free first pass, R@k costs little more than the product.
+      or k), on the few rows that need it; rows that would need more than 8 such passes take
+      their top-(cutoff + 1) scores instead (``torch.topk``, a partial sort). With a sort-free first pass, R@k costs little more than the product.
 
 Reproducibility: scores are float32 BLAS products; with MKL the last bits of a score can depend on
 the shape of the chunk it was computed in, so results are bit-reproducible for fixed chunking
@@ -76,8 +76,9 @@ __all__ = [
     "Ranked",
     "as_embeddings",
     "encode_labels",
-    "iter_chunks",
-    "iter_chunks_counted",
+    "for_chunks",
+    "chunk_scores",
+    "counted_chunk",
     "BlockScores",
     "sort_path",
     "count_path",
@@ -102,8 +103,9 @@ def _threads() -> int:
     return max(1, min(n, os.cpu_count() or 1))
 
 
-def run_parallel(tasks: list) -> None:
-    """Run the callables ``tasks`` on the worker threads (each runs its numpy parts inline)."""
+def run_parallel(tasks: list, in_flight: int | None = None) -> None:
+    """Run the callables ``tasks`` on the worker threads (each runs its numpy parts inline), at
+    most ``in_flight`` at a time (memory), in order of submission."""
     global _POOL
     t = _threads()
     if t == 1 or len(tasks) < 2:
@@ -120,7 +122,13 @@ def run_parallel(tasks: list) -> None:
         finally:
             _LOCAL.inline = False
 
-    for fut in [_POOL.submit(inline, f) for f in tasks]:
+    limit = in_flight or len(tasks)
+    pending = []
+    for f in tasks:
+        if len(pending) >= limit:
+            pending.pop(0).result()
+        pending.append(_POOL.submit(inline, f))
+    for fut in pending:
         fut.result()
 
 
@@ -186,11 +194,12 @@ def sort_rows(s: torch.Tensor) -> torch.Tensor:
 
 def count_at_least(s: torch.Tensor, vals: torch.Tensor):
     """``(ge, gt)`` [b, P]: per row, the numbers of entries of ``s`` [b, M] that are >= and > each
-    value of ``vals`` [b, P] (sorted in decreasing order per row; -inf = padding, counts BIG).
+    value of ``vals`` [b, P] (entries of the same row, sorted in decreasing order per row; -inf =
+    padding, counts BIG).
 
     Each row is sorted once (numpy's SIMD sort on CPU, ``torch.sort`` on CUDA) and the values are
-    binary-searched in increasing order. (A histogram variant that sorts only the entries sharing a
-    bucket with some value was measured slower on CPU: the sort is already memory-bound.)"""
+    binary-searched once; runs of equal scores (rare) are walked. (A histogram variant that sorts
+    only the entries sharing a bucket with some value measured slower on CPU.)"""
     m = s.shape[1]
     srt = sort_rows(s)
     # sorted needles: numpy narrows each binary search to the range left by the previous one
@@ -395,6 +404,13 @@ class LabelIndex:
             self._perm_t = (key, torch.from_numpy(self.perm).to(device))
         return self._perm_t[1]
 
+    def inv_perm_tensor(self, device) -> torch.Tensor:
+        """``inv_perm`` as a tensor on ``device`` (cached)."""
+        key = str(device)
+        if getattr(self, "_inv_t", None) is None or self._inv_t[0] != key:
+            self._inv_t = (key, torch.from_numpy(self.inv_perm).to(device))
+        return self._inv_t[1]
+
     def n_relevant(self, c: int) -> np.ndarray:
         """Number of gallery items with the query's column-c label, the excluded item not counted."""
         inside = (self.excl_pos >= self.start[c]) & (self.excl_pos < self.stop[c])
@@ -450,17 +466,31 @@ def _exclude(s: torch.Tensor, index: "LabelIndex", chunk: np.ndarray, col0: int 
         s[r, torch.from_numpy(ex[has]).to(s.device)] = -math.inf
 
 
-def iter_chunks(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex, rows: np.ndarray,
-                rel_size: np.ndarray, *, memory_budget: int, max_rows: int):
-    """Yield ``(rows, S)``: a chunk of query indices (in the order given) and their scores [b, Ng]
-    against the gallery, the excluded item's column set to -inf.
+def for_chunks(device: torch.device, rows: np.ndarray, rel_size: np.ndarray, m: int, memory_budget: int,
+               max_rows: int, fn) -> None:
+    """Call ``fn(chunk)`` on consecutive chunks of ``rows`` sized by the memory budget.
 
-    Chunks are as large as ``memory_budget`` allows given the relevant-set sizes ``rel_size``."""
-    for chunk in _chunk_rows(rows, rel_size, gallery.shape[0], memory_budget, max_rows):
-        q = query[torch.from_numpy(chunk).to(query.device)]
-        s = q @ gallery.T
-        _exclude(s, index, chunk)
-        yield chunk, s
+    On CPU the chunks run concurrently on one worker thread per torch thread, with torch itself
+    single-threaded: each worker does its own matrix product and per-row work, so no OpenMP thread
+    spins idle between a product and the numpy work that follows (which, on a shared machine, cost
+    more than the product itself). On CUDA the chunks run one after the other."""
+    if device.type != "cpu":
+        for chunk in _chunk_rows(rows, rel_size, m, memory_budget, max_rows):
+            fn(chunk)
+        return
+    with post_processing(device) as pp:
+        workers = pp.workers
+        per = max(1, min(max_rows, -(-len(rows) // workers)))
+        chunks = list(_chunk_rows(rows, rel_size, m, memory_budget // workers, per))
+        run_parallel([lambda ch=ch: fn(ch) for ch in chunks], in_flight=workers)
+
+
+def chunk_scores(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex, chunk: np.ndarray) -> torch.Tensor:
+    """Scores [b, Ng] of the queries ``chunk`` against the gallery, the excluded item at -inf."""
+    q = query[torch.from_numpy(chunk).to(query.device)]
+    s = q @ gallery.T
+    _exclude(s, index, chunk)
+    return s
 
 
 class BlockScores:
@@ -486,48 +516,48 @@ class BlockScores:
         return self._full
 
 
-def iter_chunks_counted(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex, rows: np.ndarray,
-                        rel_size: np.ndarray, c: int, *, memory_budget: int, max_rows: int,
-                        block_cols: int = 4096, cutoff: np.ndarray | None = None):
-    """Like :func:`iter_chunks`, fused with the counting path's first pass at column ``c``.
+def counted_chunk(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex, chunk: np.ndarray, c: int,
+                  want_eq: bool, block_cols: int = 4096):
+    """The chunk's scores fused with the counting path's first pass at column ``c``.
 
-    Yields ``(rows, scores, first)``: ``scores`` a :class:`BlockScores`, ``first = (cols, vals,
-    depth, g0, e0)`` the positives in ranking order and, for each row's best positive, the number
-    of listed items scoring above it (g0) and equal to it (e0, or None: counted only when most
-    rows of the previous chunk needed it, ``cutoff`` [Nq] telling which). The positives' scores are computed first (one small product on their columns, written into the blocks), then
-    the scores are computed in column blocks, each counted while it is still in cache."""
+    Returns ``(scores, first)``: ``scores`` a :class:`BlockScores`, ``first = (cols, vals, depth,
+    g0, e0)`` the positives in ranking order and, for each row's best positive, the number of listed
+    items scoring above it (g0) and equal to it (e0, None unless ``want_eq``). The positives' scores
+    are computed first (one small product on their columns, written into the blocks), then the
+    scores are computed in column blocks, each counted while it is still in cache."""
     m = gallery.shape[0]
-    need_eq = 0.0  # fraction of rows of the previous chunk whose best positive needed its ties checked
-    for chunk in _chunk_rows(rows, rel_size, m, memory_budget, max_rows):
-        dev = query.device
-        q = query[torch.from_numpy(chunk).to(dev)]
-        cols, valid, depth = _relevant_cols(index, chunk, c, dev)
-        uniq, inv = torch.unique(cols[valid], return_inverse=True)
-        s_u = q @ gallery[uniq].T
-        vals = torch.full(cols.shape, -math.inf, dtype=s_u.dtype, device=dev)
-        vals[valid] = s_u[valid.nonzero(as_tuple=True)[0], inv]
-        cols = cols.masked_fill(~valid, index.n_gallery)
-        order = order_desc(vals, cols)
-        cols, vals, depth = cols.gather(1, order), vals.gather(1, order), depth.gather(1, order)
-        t0 = torch.where(torch.isfinite(vals[:, 0]), vals[:, 0], torch.full_like(vals[:, 0], math.inf))
-        g0 = torch.zeros(len(chunk), dtype=torch.int64)
-        # counting ties in cache is cheaper than re-reading the rows that need it, once many do
-        e0 = torch.zeros(len(chunk), dtype=torch.int64) if need_eq > 0.25 else None
-        blocks = []
-        for c0 in range(0, m, block_cols):
-            c1 = min(m, c0 + block_cols)
-            blk = q @ gallery[c0:c1].T
-            inside = (uniq >= c0) & (uniq < c1)
-            if bool(inside.any()):  # the positives' own scores, exactly as compared below
-                blk[:, uniq[inside] - c0] = s_u[:, inside]
-            _exclude(blk, index, chunk, c0)
-            g0 += count_cmp(blk, t0, "gt").cpu()
-            if e0 is not None:
-                e0 += count_cmp(blk, t0, "eq").cpu()
-            blocks.append(blk)
-        cut = cutoff[chunk] if cutoff is not None else np.full(len(chunk), BIG)
-        need_eq = float(np.mean(g0.numpy() + 1 <= cut))
-        yield chunk, BlockScores(blocks), (cols, vals, depth, g0.to(dev), None if e0 is None else e0.to(dev))
+    dev = query.device
+    q = query[torch.from_numpy(chunk).to(dev)]
+    cols, valid, depth = _relevant_cols(index, chunk, c, dev)
+    # the chunk's positives lie in one range of the label-sorted gallery order
+    st, sp = index.start[c, chunk], index.stop[c, chunk]
+    nonempty = sp > st
+    lo_pos = int(st[nonempty].min()) if nonempty.any() else 0
+    hi_pos = int(sp[nonempty].max()) if nonempty.any() else 0
+    uniq = index.perm_tensor(dev)[lo_pos:hi_pos]
+    s_u = q @ gallery[uniq].T
+    pos = (index.inv_perm_tensor(dev)[cols] - lo_pos).clamp_(0, max(hi_pos - lo_pos - 1, 0))
+    vals = s_u.gather(1, pos) if hi_pos > lo_pos else torch.zeros(cols.shape, dtype=s_u.dtype, device=dev)
+    vals = vals.masked_fill_(~valid, -math.inf)
+    cols = cols.masked_fill(~valid, index.n_gallery)
+    order = order_desc(vals, cols)
+    cols, vals, depth = cols.gather(1, order), vals.gather(1, order), depth.gather(1, order)
+    t0 = torch.where(torch.isfinite(vals[:, 0]), vals[:, 0], torch.full_like(vals[:, 0], math.inf))
+    g0 = torch.zeros(len(chunk), dtype=torch.int64)
+    e0 = torch.zeros(len(chunk), dtype=torch.int64) if want_eq else None
+    blocks = []
+    for c0 in range(0, m, block_cols):
+        c1 = min(m, c0 + block_cols)
+        blk = q @ gallery[c0:c1].T
+        inside = (uniq >= c0) & (uniq < c1)
+        if bool(inside.any()):  # the positives' own scores, exactly as compared below
+            blk[:, uniq[inside] - c0] = s_u[:, inside]
+        _exclude(blk, index, chunk, c0)
+        g0 += count_cmp(blk, t0, "gt").cpu()
+        if e0 is not None:
+            e0 += count_cmp(blk, t0, "eq").cpu()
+        blocks.append(blk)
+    return BlockScores(blocks), (cols, vals, depth, g0.to(dev), None if e0 is None else e0.to(dev))
 
 
 # ----------------------------------------------------------------------------- ranked items
@@ -691,6 +721,33 @@ def count_path(s, index: LabelIndex, rows: np.ndarray, c: int, first_cutoff: np.
     local = torch.full((b,), -1, dtype=torch.int64, device=dev)
     local[mat] = torch.arange(len(mat), device=dev)
 
+    def _sort_rows_ranks(sr: torch.Tensor, r: torch.Tensor) -> None:
+        """Ranks of every positive of rows r (scores ``sr``) that can be within the cutoff, from the
+        top k = cutoff + 1 scores of each row (a partial sort); the others get a lower bound > k."""
+        v = vals[r]
+        okp = depth[r] > 0
+        kk = int(min(m, int(c2[r].max()) + 1))
+        top = torch.topk(sr, kk, dim=1, largest=True, sorted=True).values
+        asc = top.flip(1).contiguous()
+        gt_top = kk - torch.searchsorted(asc, v.contiguous(), right=True)
+        ge_top = kk - torch.searchsorted(asc, v.contiguous(), right=False)
+        low = top[:, -1:]
+        inside = okp & (v >= low)  # every item scoring above v is among the top k
+        edge = inside & (v == low)  # items equal to v may lie beyond the top k: count them all
+        if bool(edge.any()):
+            a_, q_ = edge.nonzero(as_tuple=True)
+            e = count_cmp(sr, v[a_, q_], "eq", rows=a_.cpu()).to(dev)
+            ge_top[a_, q_] = gt_top[a_, q_] + e
+        gt[r] = torch.where(inside, gt_top, torch.where(okp, torch.full_like(gt_top, kk), gt[r]))
+        ge[r] = torch.where(inside, ge_top, torch.where(okp, torch.full_like(ge_top, kk + 1), ge[r]))
+        ri = torch.where(okp, gt[r] + 1, rank_index[r])
+        tied = inside & (ge[r] - gt[r] > 1)
+        if bool(tied.any()):
+            a_, q_ = tied.nonzero(as_tuple=True)
+            tb = _index_ties(sr, a_.cpu().numpy(), v[a_, q_].cpu().numpy(), cols[r][a_, q_].cpu().numpy())
+            ri[a_, q_] += torch.from_numpy(tb).to(dev)
+        rank_index[r] = ri
+
     def tie_break(r: torch.Tensor, p: int) -> None:
         lr = local[r]
         src = sub if bool((lr >= 0).all()) else s.rows(r)
@@ -710,23 +767,19 @@ def count_path(s, index: LabelIndex, rows: np.ndarray, c: int, first_cutoff: np.
     if len(rc):
         exact(rc, 0, g0[rc], None if e0 is None else e0[rc])
     active = act.clone()
-    p = 1
+    # positives are spread about (best rank) apart: a row expecting more than _COUNT_ITERS of them
+    # within its cutoff takes its top-(cutoff + 1) scores at once instead (a partial sort)
+    many = active & (c2 > _COUNT_ITERS * (g0 + 1)) & (npos > _COUNT_ITERS + 1)
+    p = 1 if not bool(many.any()) else None
+    if p is None:
+        rs = many.nonzero(as_tuple=True)[0]
+        _sort_rows_ranks(sub[local[rs]], rs)
+        active &= ~many
+        p = 1
     while bool(active.any()):
         r = active.nonzero(as_tuple=True)[0]
-        if p > _COUNT_ITERS:  # many positives within the cutoff: one sort beats more passes
-            sr = sub[local[r]]
-            v = vals[r]
-            okp = depth[r] > 0
-            ge_all, gt_all = count_at_least(sr, v.masked_fill(~okp, -math.inf))
-            gt[r] = torch.where(okp, gt_all, gt[r])
-            ge[r] = torch.where(okp, ge_all, ge[r])
-            ri = torch.where(okp, gt_all + 1, rank_index[r])
-            tied = okp & (ge_all - gt_all > 1)
-            if bool(tied.any()):
-                a_, q_ = tied.nonzero(as_tuple=True)
-                tb = _index_ties(sr, a_.cpu().numpy(), v[a_, q_].cpu().numpy(), cols[r][a_, q_].cpu().numpy())
-                ri[a_, q_] += torch.from_numpy(tb).to(dev)
-            rank_index[r] = ri
+        if p > _COUNT_ITERS:  # many positives within the cutoff: one partial sort beats more passes
+            _sort_rows_ranks(sub[local[r]], r)
             break
         g = count_cmp(sub, vals[r, p], "gt", rows=local[r].cpu()).to(dev)
         near = g + 1 <= c2[r]
