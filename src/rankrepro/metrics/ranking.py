@@ -37,9 +37,12 @@ Ranks and tie conventions
     so PML with k < gallery size can differ from every fixed convention when ties straddle rank k.
 
 Two ways to get the ranks
-    * *sort path* (full-list metrics: AP, H-AP, ASI, NDCG): each chunk's rows are sorted once
-      (numpy's SIMD sort on CPU, ``torch.sort`` on CUDA) and the relevant items' scores are located
-      with ``searchsorted``; counts per depth come from one argsort of the relevant scores.
+    * *full-list path* (``sort_path``; AP, H-AP, ASI, NDCG): the relevant items of each row are put
+      in ranking order by one sort of 64-bit keys packing (score, gallery index, depth). Their
+      counts ``gt``/``ge`` over the whole row come, on CPU, from :func:`ranks_by_grid` (a compiled
+      pass that places each entry among the relevant scores through a grid of cells: no sort of
+      the row, about 3x cheaper than sorting it); on CUDA from ``torch.sort`` of each row and
+      ``searchsorted``.
     * *counting path* (ranked-list metrics only: R@k, P@k, TR@k, mAP@R, RP, mAP@k, MRR): the rank
       of a positive is ``1 + #{items with a larger score}``, one comparison pass over the row.
       The positives' own scores are computed first (a small product on their columns); the chunk's
@@ -65,6 +68,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 import torch
 
@@ -488,7 +492,12 @@ def for_chunks(device: torch.device, rows: np.ndarray, rel_size: np.ndarray, m: 
 def chunk_scores(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex, chunk: np.ndarray) -> torch.Tensor:
     """Scores [b, Ng] of the queries ``chunk`` against the gallery, the excluded item at -inf."""
     q = query[torch.from_numpy(chunk).to(query.device)]
-    s = q @ gallery.T
+    if q.device.type == "cpu":  # by blocks of columns (each product's result still in cache): ~20% faster
+        s = torch.empty((len(chunk), gallery.shape[0]), dtype=q.dtype)
+        for c0 in range(0, gallery.shape[0], 4096):
+            s[:, c0 : c0 + 4096] = q @ gallery[c0 : c0 + 4096].T
+    else:
+        s = q @ gallery.T
     _exclude(s, index, chunk)
     return s
 
@@ -558,6 +567,122 @@ def counted_chunk(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex,
             e0 += count_cmp(blk, t0, "eq").cpu()
         blocks.append(blk)
     return BlockScores(blocks), (cols, vals, depth, g0.to(dev), None if e0 is None else e0.to(dev))
+
+
+# ----------------------------------------------------------------------------- CPU ranks without a row sort
+
+_GRID = 8  # grid cells per relevant item in :func:`ranks_by_grid`
+_DEPTH_BITS = 4  # sort keys pack (score, gallery index, depth): depth < 16, gallery index < 2^28
+
+
+def _float_keys(v: np.ndarray) -> np.ndarray:
+    """uint32 keys in the order of the float32 values ``v`` (-0.0 and +0.0 get the same key)."""
+    u = (v + np.float32(0.0)).view(np.uint32)  # -0.0 + 0.0 = +0.0
+    return np.where(u >> 31, ~u, u | np.uint32(0x80000000))
+
+
+def _keys_to_float(k: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`_float_keys`."""
+    return np.where(k >> 31, k ^ np.uint32(0x80000000), ~k).view(np.float32)
+
+
+def order_relevant(vals: np.ndarray, cols: np.ndarray, depth: np.ndarray):
+    """The relevant items of each row in ranking order, by one sort of 64-bit keys (no argsort).
+
+    ``vals`` float32, ``cols``, ``depth`` [b, P] (depth 0 = padding). Returns ``(asc, cols, depth)``:
+    ``asc`` [b, P] the scores in increasing order (padding first, as -inf), and ``cols``/``depth`` in
+    ranking order: decreasing score, then decreasing gallery index, padding last (depth 0)."""
+    if depth.shape[1] and int(cols.max()) >= 1 << (32 - _DEPTH_BITS):
+        raise ValueError("galleries of 2^28 items or more are not supported")
+    key = _float_keys(vals).astype(np.uint64) << np.uint64(32)
+    key |= (cols.astype(np.uint64) << np.uint64(_DEPTH_BITS)) | depth.astype(np.uint64)
+    key[depth == 0] = 0
+    key.sort(axis=1)
+    pad = key == 0
+    asc = _keys_to_float((key >> np.uint64(32)).astype(np.uint32))
+    asc[pad] = -np.inf
+    low = (key[:, ::-1] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    return asc, low >> _DEPTH_BITS, low & ((1 << _DEPTH_BITS) - 1)
+
+
+def ranks_by_grid(s: np.ndarray, asc: np.ndarray):
+    """``(gt, ge)`` [b, P] int64: per row, the numbers of entries of ``s`` [b, M] (float32) that are
+    > and >= each value of ``asc`` [b, P] (increasing per row; -inf padding first, whose counts
+    are meaningless).
+
+    Exact, and without sorting the rows: see :func:`_grid_counts`."""
+    s = np.ascontiguousarray(s, np.float32)
+    asc = np.ascontiguousarray(asc, np.float32)
+    gt = np.empty(asc.shape, np.int64)
+    ge = np.empty(asc.shape, np.int64)
+    if asc.size:
+        _grid_counts(s, asc, gt, ge, _GRID)
+    return gt, ge
+
+
+@numba.njit(nogil=True, cache=True)
+def _grid_counts(s, asc, gt, ge, grid):  # pragma: no cover - compiled; tested through ranks_by_grid
+    """Per row: the values (the row's valid ``asc`` entries, increasing) span a range cut into
+    ``grid`` cells per value, a few extreme values at each end left to the end cells. The cell of a
+    score is a monotone function of it, computed the same way for entries and values, so an entry
+    lies above every value of the earlier cells and below every value of the later ones: it is
+    placed among its own cell's values (usually none or one) by a short walk, or a binary search
+    when the cell holds many. ``below[i]`` counts the entries with exactly i values below them,
+    ``equal[i]`` those equal to value i (the first of its run of equal values)."""
+    b, m = s.shape
+    p = asc.shape[1]
+    for r in range(b):
+        n_pad = 0
+        while n_pad < p and asc[r, n_pad] == -np.inf:
+            n_pad += 1
+        k = p - n_pad
+        gt[r, :n_pad] = 0
+        ge[r, :n_pad] = 0
+        if k == 0:
+            continue
+        v = asc[r, n_pad:]
+        trim = k // 256
+        lo = np.float64(v[trim])
+        width = np.float64(v[k - 1 - trim]) - lo
+        g = grid * k
+        scale = g / width if width > 0 else 1.0
+        if scale > 1e300:
+            scale = 1e300
+        first = np.zeros(g + 2, np.int32)
+        for i in range(k):
+            y = (np.float64(v[i]) - lo) * scale
+            c = 0 if not y > 0 else (g - 1 if y >= g - 1 else np.int64(y))
+            first[c + 1] += 1
+        for c in range(g):
+            first[c + 1] += first[c]
+        first[g + 1] = k
+        vp = np.empty(k + 1, np.float32)  # the values and a +inf sentinel
+        vp[:k] = v
+        vp[k] = np.inf
+        hist = np.zeros(2 * (k + 1), np.int64)  # [2i]: entries with i values below, [2i + 1]: also = v_i
+        for j in range(m):
+            x = s[r, j]
+            y = (np.float64(x) - lo) * scale
+            c = 0 if not y > 0 else (g - 1 if y >= g - 1 else np.int64(y))
+            a = first[c]
+            a += vp[a] < x  # values past the cell are above x: one step places x in a cell of <= 1 value
+            if vp[a] < x:  # a cell of several values: binary search the rest
+                e = first[c + 1]
+                while a < e:
+                    mid = (a + e) >> 1
+                    if vp[mid] < x:
+                        a = mid + 1
+                    else:
+                        e = mid
+            hist[2 * a + (vp[a] == x)] += 1
+        acc = 0
+        run = 0
+        for i in range(k):
+            acc += hist[2 * i] + hist[2 * i + 1]
+            if i == 0 or v[i] != v[i - 1]:
+                run = i
+            gt[r, n_pad + i] = m - acc
+            ge[r, n_pad + i] = m - acc + hist[2 * run + 1]
 
 
 # ----------------------------------------------------------------------------- ranked items
@@ -658,12 +783,22 @@ def sort_path(s: torch.Tensor, index: LabelIndex, rows: np.ndarray, c_rel: int,
     ``index_cutoff`` [b]: the index-convention rank is made exact for items with gt + 1 <= cutoff
     (use a huge value for every item); beyond it ``rank_index`` is the lower bound gt + 1."""
     dev = s.device
-    cols, vals, depth = _relevant(s, index, rows, c_rel)
-    order = order_desc(vals, cols)
-    cols, vals, depth = cols.gather(1, order), vals.gather(1, order), depth.gather(1, order)
-    ge, gt = count_at_least(s, vals)
-    ge, gt = ge.to(dev), gt.to(dev)
-    valid = depth > 0
+    if dev.type == "cpu":  # sort-free counting (see ranks_by_grid)
+        cols, valid, depth = _relevant_cols(index, rows, c_rel, dev)
+        asc, cols_o, depth_o = order_relevant(s.gather(1, cols).numpy(), cols.numpy(), depth.numpy())
+        gt_a, ge_a = ranks_by_grid(s.numpy(), asc)
+        valid = torch.from_numpy(depth_o > 0)
+        depth = torch.from_numpy(depth_o)
+        cols = torch.from_numpy(cols_o).masked_fill_(~valid, index.n_gallery)
+        vals = torch.from_numpy(asc[:, ::-1].copy())
+        gt = torch.from_numpy(gt_a[:, ::-1].copy()).masked_fill_(~valid, BIG)
+        ge = torch.from_numpy(ge_a[:, ::-1].copy()).masked_fill_(~valid, BIG)
+    else:
+        cols, vals, depth = _relevant(s, index, rows, c_rel)
+        order = order_desc(vals, cols)
+        cols, vals, depth = cols.gather(1, order), vals.gather(1, order), depth.gather(1, order)
+        ge, gt = count_at_least(s, vals)
+        valid = depth > 0
     rank_index = gt + 1
     cut = torch.from_numpy(np.asarray(index_cutoff, np.int64)).to(dev)[:, None]
     need = valid & (ge - gt > 1) & (gt + 1 <= cut)
