@@ -81,5 +81,31 @@ def test_no_values_and_all_padding():
 
 
 def test_huge_gallery_index_is_refused():
-    with pytest.raises(ValueError, match="2\\^28"):
+    with pytest.raises(ValueError, match="2\\^28 items"):
         order_relevant(np.zeros((1, 1), np.float32), np.array([[1 << 28]]), np.ones((1, 1), int))
+
+
+@pytest.mark.parametrize("ties", [None, "index", "pessimistic", "average"])
+@pytest.mark.parametrize("tied", [False, True])
+def test_compiled_metrics_equal_the_torch_code(ties, tied):
+    # the full-list metrics run as compiled kernels on CPU; the torch code (used on CUDA) is the
+    # reference: same values on three-level labels, with and without exact score ties
+    from rankrepro.metrics import compute, cpu_kernels
+
+    rng = np.random.default_rng(7 if tied else 8)
+    x = rng.standard_normal((150, 5))
+    x = np.round(2 * x) if tied else x / np.linalg.norm(x, axis=1, keepdims=True)
+    fine = rng.integers(0, 20, 150)
+    lab = np.stack([fine, fine // 4, fine // 8], 1)
+    names = ["mAP", "mAP_level1", "mAP_level2", "H-AP", "ΣwAP", "ASI", "ASI_level1", "NDCG", "NDCG_level0",
+             "NDCG_level2"]
+    got = compute(x.astype(np.float32), lab, metrics=names, ties=ties, per_query=True)
+    prev = cpu_kernels.set_enabled(False)
+    try:
+        ref = compute(x.astype(np.float32), lab, metrics=names, ties=ties, per_query=True)
+    finally:
+        cpu_kernels.set_enabled(prev)
+    for name in names:
+        np.testing.assert_allclose(got["per_query"][name], ref["per_query"][name], rtol=1e-12, atol=1e-12,
+                                   err_msg=name)
+        assert np.isfinite(got[name])

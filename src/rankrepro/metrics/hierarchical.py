@@ -41,8 +41,10 @@ NDCG (eq. 23, full list, no cutoff)
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
+from . import cpu_kernels
 from .ranking import Ranked
 
 __all__ = ["relevance", "hap", "asi", "ndcg", "discount_table"]
@@ -82,6 +84,10 @@ def relevance(n: torch.Tensor, *, alpha: float = 1.0, kind: str = "pop", self_in
 
 def hap(r: Ranked, rel: torch.Tensor, ties: str) -> torch.Tensor:
     """Per-row H-AP (eq. 19) for relevances ``rel`` [b, L+1]; NaN when Ω⁺ is empty."""
+    if _on_cpu(r):
+        out = np.empty(r.depth.shape[0])
+        cpu_kernels.hap(_np(r.depth), _np(r.vals), _np(r.rank(ties)), _np(rel), ties != "index", out)
+        return torch.from_numpy(out)
     big_l = r.n_cols
     relk = rel.gather(1, r.depth)  # 0 for padding (depth 0), so padding adds nothing below
     hrank = torch.zeros_like(relk)
@@ -98,6 +104,10 @@ def hap(r: Ranked, rel: torch.Tensor, ties: str) -> torch.Tensor:
 
 def asi(r: Ranked, ties: str, lam: int | None = None) -> torch.Tensor:
     """Per-row ASI over the full relevant set (``lam``: binary version, positives = depth >= lam)."""
+    if _on_cpu(r):
+        out = np.empty(r.depth.shape[0])
+        cpu_kernels.asi(_np(r.depth), _np(r.rank(ties)), _np(r.n), lam or 0, out)
+        return torch.from_numpy(out)
     if lam is None:
         depth, n = r.depth, r.n
     else:
@@ -140,6 +150,11 @@ def discount_table(m: int, device) -> torch.Tensor:
 
 def ndcg(r: Ranked, ties: str, table: torch.Tensor, lam: int | None = None) -> torch.Tensor:
     """Per-row NDCG with gains 2^depth − 1 (or binary gains at depth >= ``lam``)."""
+    if _on_cpu(r):
+        out = np.empty(r.depth.shape[0])
+        cpu_kernels.ndcg(_np(r.depth), _np(r.gt), _np(r.ge), _np(r.rank(ties)), _np(r.n), _np(table), lam or 0,
+                         ties == "average", out)
+        return torch.from_numpy(out)
     if lam is None:
         gain_of = (2.0 ** torch.arange(r.n_cols + 1, dtype=torch.float64, device=r.depth.device)) - 1.0
         gain = gain_of[r.depth]
@@ -167,3 +182,12 @@ def ndcg(r: Ranked, ties: str, table: torch.Tensor, lam: int | None = None) -> t
         start = stop
     return torch.where(idcg > 0, dcg / idcg.clamp(min=1e-300), torch.full_like(dcg, float("nan")))
 
+
+
+def _on_cpu(r: Ranked) -> bool:
+    """Whether to use the compiled CPU kernels (:mod:`rankrepro.metrics.cpu_kernels`)."""
+    return r.depth.device.type == "cpu" and cpu_kernels.enabled()
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(t.numpy())

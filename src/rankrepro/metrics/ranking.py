@@ -572,18 +572,45 @@ def counted_chunk(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex,
 # ----------------------------------------------------------------------------- CPU ranks without a row sort
 
 _GRID = 8  # grid cells per relevant item in :func:`ranks_by_grid`
-_DEPTH_BITS = 4  # sort keys pack (score, gallery index, depth): depth < 16, gallery index < 2^28
 
 
-def _float_keys(v: np.ndarray) -> np.ndarray:
-    """uint32 keys in the order of the float32 values ``v`` (-0.0 and +0.0 get the same key)."""
-    u = (v + np.float32(0.0)).view(np.uint32)  # -0.0 + 0.0 = +0.0
-    return np.where(u >> 31, ~u, u | np.uint32(0x80000000))
+@numba.njit(nogil=True, cache=True)
+def _pack_keys(vals, cols, depth, key):  # pragma: no cover - compiled; tested through order_relevant
+    """key = (order-preserving uint32 of the float32 score) << 32 | gallery index << 4 | depth, or 0
+    for padding (sorts first). -0.0 and +0.0 get the same key (they compare equal)."""
+    b, p = vals.shape
+    bits = vals.view(np.uint32)
+    for r in range(b):
+        for i in range(p):
+            if depth[r, i] == 0:
+                key[r, i] = 0
+                continue
+            u = np.uint64(bits[r, i])
+            if u == np.uint64(0x80000000):  # -0.0
+                u = np.uint64(0)
+            u = (u ^ np.uint64(0xFFFFFFFF)) if u >> np.uint64(31) else (u | np.uint64(0x80000000))
+            key[r, i] = (u << np.uint64(32)) | (np.uint64(cols[r, i]) << np.uint64(4)) | np.uint64(depth[r, i])
 
 
-def _keys_to_float(k: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`_float_keys`."""
-    return np.where(k >> 31, k ^ np.uint32(0x80000000), ~k).view(np.float32)
+@numba.njit(nogil=True, cache=True)
+def _unpack_keys(key, asc_bits, cols_o, depth_o):  # pragma: no cover - compiled; tested through order_relevant
+    """From keys sorted increasingly: the scores' bits increasing (padding: -inf, first), and the
+    columns and depths in decreasing key order (padding last: column -1, depth 0)."""
+    b, p = key.shape
+    for r in range(b):
+        for i in range(p):
+            k = key[r, i]
+            j = p - 1 - i
+            if k == 0:
+                asc_bits[r, i] = np.uint32(0xFF800000)  # -inf
+                cols_o[r, j] = -1
+                depth_o[r, j] = 0
+                continue
+            u = np.uint32(k >> np.uint64(32))
+            asc_bits[r, i] = (u ^ np.uint32(0x80000000)) if u >> np.uint32(31) else (u ^ np.uint32(0xFFFFFFFF))
+            low = np.int64(k & np.uint64(0xFFFFFFFF))
+            cols_o[r, j] = low >> 4
+            depth_o[r, j] = low & 15
 
 
 def order_relevant(vals: np.ndarray, cols: np.ndarray, depth: np.ndarray):
@@ -592,17 +619,18 @@ def order_relevant(vals: np.ndarray, cols: np.ndarray, depth: np.ndarray):
     ``vals`` float32, ``cols``, ``depth`` [b, P] (depth 0 = padding). Returns ``(asc, cols, depth)``:
     ``asc`` [b, P] the scores in increasing order (padding first, as -inf), and ``cols``/``depth`` in
     ranking order: decreasing score, then decreasing gallery index, padding last (depth 0)."""
-    if depth.shape[1] and int(cols.max()) >= 1 << (32 - _DEPTH_BITS):
-        raise ValueError("galleries of 2^28 items or more are not supported")
-    key = _float_keys(vals).astype(np.uint64) << np.uint64(32)
-    key |= (cols.astype(np.uint64) << np.uint64(_DEPTH_BITS)) | depth.astype(np.uint64)
-    key[depth == 0] = 0
+    b, p = depth.shape
+    if p and (int(cols.max()) >= 1 << 28 or int(depth.max()) >= 16):
+        raise ValueError("galleries of 2^28 items or more, or 16 label levels or more, are not supported")
+    key = np.empty((b, p), np.uint64)
+    _pack_keys(np.ascontiguousarray(vals, np.float32), np.ascontiguousarray(cols, np.int64),
+               np.ascontiguousarray(depth, np.int64), key)
     key.sort(axis=1)
-    pad = key == 0
-    asc = _keys_to_float((key >> np.uint64(32)).astype(np.uint32))
-    asc[pad] = -np.inf
-    low = (key[:, ::-1] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    return asc, low >> _DEPTH_BITS, low & ((1 << _DEPTH_BITS) - 1)
+    asc = np.empty((b, p), np.float32)
+    cols_o = np.empty((b, p), np.int64)
+    depth_o = np.empty((b, p), np.int64)
+    _unpack_keys(key, asc.view(np.uint32), cols_o, depth_o)
+    return asc, cols_o, depth_o
 
 
 def ranks_by_grid(s: np.ndarray, asc: np.ndarray):
@@ -624,13 +652,15 @@ def ranks_by_grid(s: np.ndarray, asc: np.ndarray):
 def _grid_counts(s, asc, gt, ge, grid):  # pragma: no cover - compiled; tested through ranks_by_grid
     """Per row: the values (the row's valid ``asc`` entries, increasing) span a range cut into
     ``grid`` cells per value, a few extreme values at each end left to the end cells. The cell of a
-    score is a monotone function of it, computed the same way for entries and values, so an entry
-    lies above every value of the earlier cells and below every value of the later ones: it is
-    placed among its own cell's values (usually none or one) by a short walk, or a binary search
-    when the cell holds many. ``below[i]`` counts the entries with exactly i values below them,
-    ``equal[i]`` those equal to value i (the first of its run of equal values)."""
+    score is a monotone function of it (float32 ``(x - lo) * scale`` clamped, the same for entries
+    and values), so an entry lies above every value of the earlier cells and below every value of
+    the later ones: one comparison places it in a cell holding at most one value, a binary search
+    in a crowded one. ``hist[2i]`` counts the entries with exactly i values below them,
+    ``hist[2i + 1]`` those that also equal value i (the first of its run of equal values)."""
     b, m = s.shape
     p = asc.shape[1]
+    cell = np.empty(m, np.int32)
+    zero = np.float32(0.0)
     for r in range(b):
         n_pad = 0
         while n_pad < p and asc[r, n_pad] == -np.inf:
@@ -642,31 +672,30 @@ def _grid_counts(s, asc, gt, ge, grid):  # pragma: no cover - compiled; tested t
             continue
         v = asc[r, n_pad:]
         trim = k // 256
-        lo = np.float64(v[trim])
-        width = np.float64(v[k - 1 - trim]) - lo
+        lo = v[trim]
+        width = np.float64(v[k - 1 - trim]) - np.float64(lo)
         g = grid * k
-        scale = g / width if width > 0 else 1.0
-        if scale > 1e300:
-            scale = 1e300
-        first = np.zeros(g + 2, np.int32)
+        scale = np.float32(min(g / width, 1e30)) if width > 0 else np.float32(1.0)
+        top = np.float32(g - 1)
+        first = np.zeros(g + 2, np.int32)  # first[c]: index of the first value of cell c
         for i in range(k):
-            y = (np.float64(v[i]) - lo) * scale
-            c = 0 if not y > 0 else (g - 1 if y >= g - 1 else np.int64(y))
-            first[c + 1] += 1
+            first[np.int32(min(max((v[i] - lo) * scale, zero), top)) + 1] += 1
         for c in range(g):
             first[c + 1] += first[c]
         first[g + 1] = k
         vp = np.empty(k + 1, np.float32)  # the values and a +inf sentinel
         vp[:k] = v
         vp[k] = np.inf
-        hist = np.zeros(2 * (k + 1), np.int64)  # [2i]: entries with i values below, [2i + 1]: also = v_i
+        row = s[r]
+        for j in range(m):  # (a loop of its own: vectorised)
+            cell[j] = np.int32(min(max((row[j] - lo) * scale, zero), top))
+        hist = np.zeros(2 * (k + 1), np.int64)
         for j in range(m):
-            x = s[r, j]
-            y = (np.float64(x) - lo) * scale
-            c = 0 if not y > 0 else (g - 1 if y >= g - 1 else np.int64(y))
+            x = row[j]
+            c = cell[j]
             a = first[c]
-            a += vp[a] < x  # values past the cell are above x: one step places x in a cell of <= 1 value
-            if vp[a] < x:  # a cell of several values: binary search the rest
+            a += vp[a] < x  # values past the cell are above x
+            if vp[a] < x:  # a crowded cell: binary search the rest
                 e = first[c + 1]
                 while a < e:
                     mid = (a + e) >> 1

@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import cpu_kernels
 from .ranking import BIG, Ranked
 
 __all__ = ["binary_metric", "retrieval_metrics", "RANKED_KINDS", "FULL_KINDS"]
@@ -59,6 +60,11 @@ def binary_metric(r: Ranked, lam: int, kind: str, k: int | None, ties: str) -> t
         v = (rank <= k).sum(1).to(torch.float64) / torch.clamp(big_r, max=float(k))
     elif kind == "RP":
         v = (rank <= n_pos[:, None]).sum(1).to(torch.float64) / big_r
+    elif kind == "mAP" and r.depth.device.type == "cpu" and cpu_kernels.enabled():  # compiled, same definition
+        out = np.empty(r.depth.shape[0])
+        cpu_kernels.ap(*(np.ascontiguousarray(t.numpy()) for t in (r.depth, r.vals, r.rank(ties), n_pos)), lam,
+                       ties != "index", out)
+        return torch.from_numpy(out)
     elif kind == "mAP":  # every positive has an exact rank here (sort path)
         term = r.before(ties, lam).to(torch.float64) / r.rank_f(ties)
         v = (term * pos).sum(1) / big_r
