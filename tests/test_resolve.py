@@ -1,5 +1,7 @@
 """Run resolution: merging, canonical ids."""
 
+import pytest
+
 from rankrepro.experiments.resolve import deep_merge, resolve_run, run_id
 
 
@@ -28,3 +30,10 @@ def test_suprank_sop_setup_is_the_paper_setup():
     assert run["sampler"]["batch_size"] == 256 and run["sampler"]["samples_per_class"] == 4
     assert run["optimizer"]["lr_backbone"] == 5e-5 and run["schedule"]["name"] == "cosine"
     assert run["epochs"] == 100 and run["images"]["train_crop"] == 224
+
+
+def test_unknown_eval_metric_fails_at_resolution():
+    with pytest.raises(ValueError, match=r"eval.metrics: unknown metric 'mAP@X'"):
+        resolve_run("suprank_sop", {"name": "smooth_ap"}, {"eval": {"metrics": ["R@1", "mAP@X"]}})
+    run = resolve_run("suprank_sop", {"name": "smooth_ap"}, {"eval": {"metrics": ["R@1", "H-AP"]}})
+    assert run["eval"]["metrics"] == ["R@1", "H-AP"] and run["eval"]["split"] == "test"

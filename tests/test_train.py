@@ -117,3 +117,31 @@ def test_evaluate_writes_metrics(tmp_path, manifest_dir):
     assert saved["replica"] is True and saved["dataset"] == "sop"
     assert {"R@1", "R@10", "mAP@R"} <= set(saved["metrics"])
     assert 0.0 <= saved["metrics"]["mAP@R"] <= saved["metrics"]["R@10"] <= 1.0
+
+
+def test_evaluate_any_compute_metric_on_every_level(tmp_path, manifest_dir):
+    # an eval block with `metrics` goes through rankrepro.metrics.compute with the manifest's
+    # [N, L] labels (SOP: product, then its super-category), so hierarchical metrics work
+    from rankrepro.data.manifest import read_manifest
+    from rankrepro.metrics import compute
+
+    run = tiny_run(epochs=1)
+    model = train(run, manifest_dir, tmp_path, run_id="h", progress=False)
+    run["eval"] = {"split": "test", "metrics": ["R@1", "mAP@R", "mAP", "H-AP", "ASI", "NDCG", "mAP_level1"]}
+    result = evaluate(run, manifest_dir, model, tmp_path / "metrics.json", run_id="h", progress=False)
+    m = result["metrics"]
+    assert set(run["eval"]["metrics"]) <= set(m) and all(0.0 <= m[k] <= 1.0 for k in run["eval"]["metrics"])
+    # the same numbers as compute() on the embeddings the model gives
+    from rankrepro.data.images import ImageDataset
+    from rankrepro.data.transforms import test_transform
+    from rankrepro.engine.device import resolve_device
+    from rankrepro.engine.evaluate import embed, load_model
+
+    test = read_manifest(manifest_dir).split("test")
+    dev = resolve_device("cpu")
+    emb = embed(load_model(model, dev), ImageDataset(test, test_transform(run["images"])), dev, "none",
+                progress=False)
+    ref = compute(emb, test.labels(), metrics=run["eval"]["metrics"])
+    assert test.labels().shape[1] == 2
+    for k in run["eval"]["metrics"]:
+        assert m[k] == pytest.approx(ref[k], abs=1e-9), k

@@ -16,6 +16,7 @@ from rankrepro.data.manifest import read_manifest
 from rankrepro.data.transforms import test_transform
 from rankrepro.engine.device import autocast, resolve_device
 from rankrepro.io import atomic_write_json
+from rankrepro.metrics import compute
 from rankrepro.metrics.retrieval import retrieval_metrics
 from rankrepro.models import build_model
 
@@ -45,7 +46,11 @@ def load_model(model_path: str | Path, device: torch.device):
 def evaluate(run: dict, manifest_dir: str | Path, model_path: str | Path, out_path: str | Path, *,
              device: str = "auto", num_workers: int = 0, batch_size: int = 256, run_id: str = "",
              progress: bool = True) -> dict:
-    """Write ``metrics.json``: the run's metrics on its test split (same-set protocol)."""
+    """Write ``metrics.json``: the run's metrics on its test split (same-set protocol).
+
+    ``run["eval"]``: ``recall_at`` (R@k, mAP@R, RP at the finest level, PML's definitions) or
+    ``metrics``: names for :func:`rankrepro.metrics.compute` (e.g. ``["R@1", "mAP@R", "H-AP",
+    "ASI", "NDCG"]``; hierarchical metrics use every label level of the manifest)."""
     dev = resolve_device(device)
     eval_cfg = run["eval"]
     manifest = read_manifest(manifest_dir)
@@ -55,7 +60,10 @@ def evaluate(run: dict, manifest_dir: str | Path, model_path: str | Path, out_pa
     embeddings = embed(model, ImageDataset(test, test_transform(run["images"])), dev, run.get("amp", "fp16"),
                        batch_size=batch_size, num_workers=num_workers, progress=progress)
     t_embed = time.perf_counter() - t0
-    metrics = retrieval_metrics(embeddings, test.labels(), recall_at=tuple(eval_cfg["recall_at"]))
+    if eval_cfg.get("metrics"):  # any metric of rankrepro.metrics.compute, on every label level
+        metrics = compute(embeddings, test.labels(), metrics=list(eval_cfg["metrics"]))
+    else:
+        metrics = retrieval_metrics(embeddings, test.labels(), recall_at=tuple(eval_cfg["recall_at"]))
     result = {
         "run_id": run_id,
         "dataset": run["dataset"],

@@ -54,5 +54,12 @@ def resolve_run(setup: str, loss: dict, overrides: dict | None = None, setups: d
     setups = setups if setups is not None else load_setups()
     if setup not in setups:
         raise KeyError(f"unknown setup {setup!r}; known: {sorted(setups)}")
-    run = deep_merge(setups[setup], {"loss": loss})
-    return deep_merge(run, overrides or {})
+    run = deep_merge(deep_merge(setups[setup], {"loss": loss}), overrides or {})
+    for name in run.get("eval", {}).get("metrics") or ():  # a bad metric name fails here, not after training
+        from rankrepro.metrics import parse_metric
+
+        try:
+            parse_metric(name)
+        except ValueError as err:
+            raise ValueError(f"setup {setup!r}: eval.metrics: {err}") from None
+    return run
