@@ -88,7 +88,8 @@ def test_huge_gallery_index_is_refused():
 @pytest.mark.parametrize("ties", [None, "index", "pessimistic", "average"])
 @pytest.mark.parametrize("tied", [False, True])
 def test_compiled_metrics_equal_the_torch_code(ties, tied):
-    # the full-list metrics run as compiled kernels on CPU; the torch code (used on CUDA) is the
+    # the full-list ranks and metrics run as compiled kernels on CPU; with them switched off the
+    # torch code (the CUDA path: row sort + searchsorted, tensor metrics) runs instead and is the
     # reference: same values on three-level labels, with and without exact score ties
     from rankrepro.metrics import compute, cpu_kernels
 

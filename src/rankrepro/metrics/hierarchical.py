@@ -84,9 +84,9 @@ def relevance(n: torch.Tensor, *, alpha: float = 1.0, kind: str = "pop", self_in
 
 def hap(r: Ranked, rel: torch.Tensor, ties: str) -> torch.Tensor:
     """Per-row H-AP (eq. 19) for relevances ``rel`` [b, L+1]; NaN when Ω⁺ is empty."""
-    if _on_cpu(r):
+    if cpu_kernels.applies(r.depth):
         out = np.empty(r.depth.shape[0])
-        cpu_kernels.hap(_np(r.depth), _np(r.vals), _np(r.rank(ties)), _np(rel), ties != "index", out)
+        cpu_kernels.hap(*cpu_kernels.arrays(r.depth, r.vals, r.rank(ties), rel), ties != "index", out)
         return torch.from_numpy(out)
     big_l = r.n_cols
     relk = rel.gather(1, r.depth)  # 0 for padding (depth 0), so padding adds nothing below
@@ -104,9 +104,9 @@ def hap(r: Ranked, rel: torch.Tensor, ties: str) -> torch.Tensor:
 
 def asi(r: Ranked, ties: str, lam: int | None = None) -> torch.Tensor:
     """Per-row ASI over the full relevant set (``lam``: binary version, positives = depth >= lam)."""
-    if _on_cpu(r):
+    if cpu_kernels.applies(r.depth):
         out = np.empty(r.depth.shape[0])
-        cpu_kernels.asi(_np(r.depth), _np(r.rank(ties)), _np(r.n), lam or 0, out)
+        cpu_kernels.asi(*cpu_kernels.arrays(r.depth, r.rank(ties), r.n), lam or 0, out)
         return torch.from_numpy(out)
     if lam is None:
         depth, n = r.depth, r.n
@@ -150,9 +150,9 @@ def discount_table(m: int, device) -> torch.Tensor:
 
 def ndcg(r: Ranked, ties: str, table: torch.Tensor, lam: int | None = None) -> torch.Tensor:
     """Per-row NDCG with gains 2^depth − 1 (or binary gains at depth >= ``lam``)."""
-    if _on_cpu(r):
+    if cpu_kernels.applies(r.depth):
         out = np.empty(r.depth.shape[0])
-        cpu_kernels.ndcg(_np(r.depth), _np(r.gt), _np(r.ge), _np(r.rank(ties)), _np(r.n), _np(table), lam or 0,
+        cpu_kernels.ndcg(*cpu_kernels.arrays(r.depth, r.gt, r.ge, r.rank(ties), r.n, table), lam or 0,
                          ties == "average", out)
         return torch.from_numpy(out)
     if lam is None:
@@ -183,11 +183,3 @@ def ndcg(r: Ranked, ties: str, table: torch.Tensor, lam: int | None = None) -> t
     return torch.where(idcg > 0, dcg / idcg.clamp(min=1e-300), torch.full_like(dcg, float("nan")))
 
 
-
-def _on_cpu(r: Ranked) -> bool:
-    """Whether to use the compiled CPU kernels (:mod:`rankrepro.metrics.cpu_kernels`)."""
-    return r.depth.device.type == "cpu" and cpu_kernels.enabled()
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return np.ascontiguousarray(t.numpy())

@@ -41,8 +41,8 @@ Two ways to get the ranks
       in ranking order by one sort of 64-bit keys packing (score, gallery index, depth). Their
       counts ``gt``/``ge`` over the whole row come, on CPU, from :func:`ranks_by_grid` (a compiled
       pass that places each entry among the relevant scores through a grid of cells: no sort of
-      the row, about 3x cheaper than sorting it); on CUDA from ``torch.sort`` of each row and
-      ``searchsorted``.
+      the row, about 3x cheaper than sorting it); on CUDA (or with the compiled kernels switched
+      off) from ``torch.sort`` of each row and ``searchsorted``.
     * *counting path* (ranked-list metrics only: R@k, P@k, TR@k, mAP@R, RP, mAP@k, MRR): the rank
       of a positive is ``1 + #{items with a larger score}``, one comparison pass over the row.
       The positives' own scores are computed first (a small product on their columns); the chunk's
@@ -50,7 +50,8 @@ Two ways to get the ranks
       is taken from each block while it is still in cache (no full-row pass from memory). Further
       positives are counted only while their rank can still fall within the metric's cutoff (R,
       or k), on the few rows that need it; rows that would need more than 8 such passes take
-      their top-(cutoff + 1) scores instead (``torch.topk``, a partial sort). With a sort-free first pass, R@k costs little more than the product.
+      their top-(cutoff + 1) scores instead (``torch.topk``, a partial sort). With a sort-free
+      first pass, R@k costs little more than the product.
 
 Reproducibility: scores are float32 BLAS products; with MKL the last bits of a score can depend on
 the shape of the chunk it was computed in, so results are bit-reproducible for fixed chunking
@@ -68,9 +69,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numba
 import numpy as np
 import torch
+
+from . import cpu_kernels
 
 __all__ = [
     "TIES",
@@ -182,32 +184,16 @@ def _parallel_rows(fn, n: int, min_rows: int = 4) -> None:
 # ----------------------------------------------------------------------------- primitives
 
 
-def sort_rows(s: torch.Tensor) -> torch.Tensor:
-    """Each row sorted in increasing order (a new tensor)."""
-    if s.device.type != "cpu":
-        return torch.sort(s, dim=1).values
-    a = s.numpy()
-    out = np.empty_like(a)
-
-    def work(lo, hi):
-        out[lo:hi] = np.sort(a[lo:hi], axis=1)
-
-    _parallel_rows(work, a.shape[0])
-    return torch.from_numpy(out)
-
-
 def count_at_least(s: torch.Tensor, vals: torch.Tensor):
     """``(ge, gt)`` [b, P]: per row, the numbers of entries of ``s`` [b, M] that are >= and > each
     value of ``vals`` [b, P] (entries of the same row, sorted in decreasing order per row; -inf =
     padding, counts BIG).
 
-    Each row is sorted once (numpy's SIMD sort on CPU, ``torch.sort`` on CUDA) and the values are
-    binary-searched once; runs of equal scores (rare) are walked. (A histogram variant that sorts
-    only the entries sharing a bucket with some value measured slower on CPU.)"""
+    Each row is sorted once (``torch.sort``) and the values are binary-searched; runs of equal
+    scores (rare) are walked. The torch path of :func:`sort_path` (CUDA)."""
     m = s.shape[1]
-    srt = sort_rows(s)
-    # sorted needles: numpy narrows each binary search to the range left by the previous one
-    lo = searchsorted_rows(srt, vals, right=False)
+    srt = torch.sort(s, dim=1).values
+    lo = torch.searchsorted(srt, vals.contiguous(), right=False)
     pad = torch.isinf(vals)
     # each value is itself an entry of its row, so #{> v} = #{>= v} - 1 unless other entries equal
     # v: those runs (rare) are walked from the found position
@@ -249,22 +235,6 @@ def count_cmp(s: torch.Tensor, t: torch.Tensor, op: str, rows: torch.Tensor | No
             out[i:j] = np.add.reduce(cmp(block, tt[i:j, None]), axis=1, dtype=np.int64)
 
     _parallel_rows(work, n, min_rows=step)
-    return torch.from_numpy(out)
-
-
-def searchsorted_rows(sorted_rows: torch.Tensor, values: torch.Tensor, right: bool) -> torch.Tensor:
-    """Batched ``searchsorted``: insertion points of ``values`` [b, P] in each sorted row [b, M]."""
-    if sorted_rows.device.type != "cpu":
-        return torch.searchsorted(sorted_rows, values.contiguous(), right=right)
-    a, v = sorted_rows.numpy(), values.numpy()
-    out = np.empty(v.shape, np.int64)
-    side = "right" if right else "left"
-
-    def work(lo, hi):
-        for i in range(lo, hi):
-            out[i] = np.searchsorted(a[i], v[i], side=side)
-
-    _parallel_rows(work, a.shape[0])
     return torch.from_numpy(out)
 
 
@@ -403,17 +373,18 @@ class LabelIndex:
 
     def perm_tensor(self, device) -> torch.Tensor:
         """``perm`` as a tensor on ``device`` (cached)."""
-        key = str(device)
-        if getattr(self, "_perm_t", None) is None or self._perm_t[0] != key:
-            self._perm_t = (key, torch.from_numpy(self.perm).to(device))
-        return self._perm_t[1]
+        return self._tensor("perm", device)
 
     def inv_perm_tensor(self, device) -> torch.Tensor:
         """``inv_perm`` as a tensor on ``device`` (cached)."""
-        key = str(device)
-        if getattr(self, "_inv_t", None) is None or self._inv_t[0] != key:
-            self._inv_t = (key, torch.from_numpy(self.inv_perm).to(device))
-        return self._inv_t[1]
+        return self._tensor("inv_perm", device)
+
+    def _tensor(self, name: str, device) -> torch.Tensor:
+        cache = self.__dict__.setdefault("_tensors", {})
+        key = (name, str(device))
+        if key not in cache:
+            cache[key] = torch.from_numpy(getattr(self, name)).to(device)
+        return cache[key]
 
     def n_relevant(self, c: int) -> np.ndarray:
         """Number of gallery items with the query's column-c label, the excluded item not counted."""
@@ -574,45 +545,6 @@ def counted_chunk(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex,
 _GRID = 8  # grid cells per relevant item in :func:`ranks_by_grid`
 
 
-@numba.njit(nogil=True, cache=True)
-def _pack_keys(vals, cols, depth, key):  # pragma: no cover - compiled; tested through order_relevant
-    """key = (order-preserving uint32 of the float32 score) << 32 | gallery index << 4 | depth, or 0
-    for padding (sorts first). -0.0 and +0.0 get the same key (they compare equal)."""
-    b, p = vals.shape
-    bits = vals.view(np.uint32)
-    for r in range(b):
-        for i in range(p):
-            if depth[r, i] == 0:
-                key[r, i] = 0
-                continue
-            u = np.uint64(bits[r, i])
-            if u == np.uint64(0x80000000):  # -0.0
-                u = np.uint64(0)
-            u = (u ^ np.uint64(0xFFFFFFFF)) if u >> np.uint64(31) else (u | np.uint64(0x80000000))
-            key[r, i] = (u << np.uint64(32)) | (np.uint64(cols[r, i]) << np.uint64(4)) | np.uint64(depth[r, i])
-
-
-@numba.njit(nogil=True, cache=True)
-def _unpack_keys(key, asc_bits, cols_o, depth_o):  # pragma: no cover - compiled; tested through order_relevant
-    """From keys sorted increasingly: the scores' bits increasing (padding: -inf, first), and the
-    columns and depths in decreasing key order (padding last: column -1, depth 0)."""
-    b, p = key.shape
-    for r in range(b):
-        for i in range(p):
-            k = key[r, i]
-            j = p - 1 - i
-            if k == 0:
-                asc_bits[r, i] = np.uint32(0xFF800000)  # -inf
-                cols_o[r, j] = -1
-                depth_o[r, j] = 0
-                continue
-            u = np.uint32(k >> np.uint64(32))
-            asc_bits[r, i] = (u ^ np.uint32(0x80000000)) if u >> np.uint32(31) else (u ^ np.uint32(0xFFFFFFFF))
-            low = np.int64(k & np.uint64(0xFFFFFFFF))
-            cols_o[r, j] = low >> 4
-            depth_o[r, j] = low & 15
-
-
 def order_relevant(vals: np.ndarray, cols: np.ndarray, depth: np.ndarray):
     """The relevant items of each row in ranking order, by one sort of 64-bit keys (no argsort).
 
@@ -623,13 +555,13 @@ def order_relevant(vals: np.ndarray, cols: np.ndarray, depth: np.ndarray):
     if p and (int(cols.max()) >= 1 << 28 or int(depth.max()) >= 16):
         raise ValueError("galleries of 2^28 items or more, or 16 label levels or more, are not supported")
     key = np.empty((b, p), np.uint64)
-    _pack_keys(np.ascontiguousarray(vals, np.float32), np.ascontiguousarray(cols, np.int64),
+    cpu_kernels.pack_keys(np.ascontiguousarray(vals, np.float32), np.ascontiguousarray(cols, np.int64),
                np.ascontiguousarray(depth, np.int64), key)
     key.sort(axis=1)
     asc = np.empty((b, p), np.float32)
     cols_o = np.empty((b, p), np.int64)
     depth_o = np.empty((b, p), np.int64)
-    _unpack_keys(key, asc.view(np.uint32), cols_o, depth_o)
+    cpu_kernels.unpack_keys(key, asc.view(np.uint32), cols_o, depth_o)
     return asc, cols_o, depth_o
 
 
@@ -638,80 +570,14 @@ def ranks_by_grid(s: np.ndarray, asc: np.ndarray):
     > and >= each value of ``asc`` [b, P] (increasing per row; -inf padding first, whose counts
     are meaningless).
 
-    Exact, and without sorting the rows: see :func:`_grid_counts`."""
+    Exact, and without sorting the rows: see :func:`rankrepro.metrics.cpu_kernels.grid_counts`."""
     s = np.ascontiguousarray(s, np.float32)
     asc = np.ascontiguousarray(asc, np.float32)
     gt = np.empty(asc.shape, np.int64)
     ge = np.empty(asc.shape, np.int64)
     if asc.size:
-        _grid_counts(s, asc, gt, ge, _GRID)
+        cpu_kernels.grid_counts(s, asc, gt, ge, _GRID)
     return gt, ge
-
-
-@numba.njit(nogil=True, cache=True)
-def _grid_counts(s, asc, gt, ge, grid):  # pragma: no cover - compiled; tested through ranks_by_grid
-    """Per row: the values (the row's valid ``asc`` entries, increasing) span a range cut into
-    ``grid`` cells per value, a few extreme values at each end left to the end cells. The cell of a
-    score is a monotone function of it (float32 ``(x - lo) * scale`` clamped, the same for entries
-    and values), so an entry lies above every value of the earlier cells and below every value of
-    the later ones: one comparison places it in a cell holding at most one value, a binary search
-    in a crowded one. ``hist[2i]`` counts the entries with exactly i values below them,
-    ``hist[2i + 1]`` those that also equal value i (the first of its run of equal values)."""
-    b, m = s.shape
-    p = asc.shape[1]
-    cell = np.empty(m, np.int32)
-    zero = np.float32(0.0)
-    for r in range(b):
-        n_pad = 0
-        while n_pad < p and asc[r, n_pad] == -np.inf:
-            n_pad += 1
-        k = p - n_pad
-        gt[r, :n_pad] = 0
-        ge[r, :n_pad] = 0
-        if k == 0:
-            continue
-        v = asc[r, n_pad:]
-        trim = k // 256
-        lo = v[trim]
-        width = np.float64(v[k - 1 - trim]) - np.float64(lo)
-        g = grid * k
-        scale = np.float32(min(g / width, 1e30)) if width > 0 else np.float32(1.0)
-        top = np.float32(g - 1)
-        first = np.zeros(g + 2, np.int32)  # first[c]: index of the first value of cell c
-        for i in range(k):
-            first[np.int32(min(max((v[i] - lo) * scale, zero), top)) + 1] += 1
-        for c in range(g):
-            first[c + 1] += first[c]
-        first[g + 1] = k
-        vp = np.empty(k + 1, np.float32)  # the values and a +inf sentinel
-        vp[:k] = v
-        vp[k] = np.inf
-        row = s[r]
-        for j in range(m):  # (a loop of its own: vectorised)
-            cell[j] = np.int32(min(max((row[j] - lo) * scale, zero), top))
-        hist = np.zeros(2 * (k + 1), np.int64)
-        for j in range(m):
-            x = row[j]
-            c = cell[j]
-            a = first[c]
-            a += vp[a] < x  # values past the cell are above x
-            if vp[a] < x:  # a crowded cell: binary search the rest
-                e = first[c + 1]
-                while a < e:
-                    mid = (a + e) >> 1
-                    if vp[mid] < x:
-                        a = mid + 1
-                    else:
-                        e = mid
-            hist[2 * a + (vp[a] == x)] += 1
-        acc = 0
-        run = 0
-        for i in range(k):
-            acc += hist[2 * i] + hist[2 * i + 1]
-            if i == 0 or v[i] != v[i - 1]:
-                run = i
-            gt[r, n_pad + i] = m - acc
-            ge[r, n_pad + i] = m - acc + hist[2 * run + 1]
 
 
 # ----------------------------------------------------------------------------- ranked items
@@ -812,7 +678,7 @@ def sort_path(s: torch.Tensor, index: LabelIndex, rows: np.ndarray, c_rel: int,
     ``index_cutoff`` [b]: the index-convention rank is made exact for items with gt + 1 <= cutoff
     (use a huge value for every item); beyond it ``rank_index`` is the lower bound gt + 1."""
     dev = s.device
-    if dev.type == "cpu":  # sort-free counting (see ranks_by_grid)
+    if cpu_kernels.applies(s):  # sort-free counting (see ranks_by_grid)
         cols, valid, depth = _relevant_cols(index, rows, c_rel, dev)
         asc, cols_o, depth_o = order_relevant(s.gather(1, cols).numpy(), cols.numpy(), depth.numpy())
         gt_a, ge_a = ranks_by_grid(s.numpy(), asc)
