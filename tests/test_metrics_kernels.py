@@ -1,10 +1,11 @@
-"""The CPU rank-counting kernels of rankrepro.metrics.ranking against brute-force counts.
+"""The CPU rank-counting kernel of rankrepro.metrics.ranking against brute-force counts.
 
-``ranks_by_grid`` counts, for each relevant value, the row entries above it (and at or above it)
-without sorting the row; ``order_relevant`` puts the relevant items in ranking order with one sort
-of packed keys. Both are checked on data built to break them: exact ties (small integers), signed
-zeros, a value range far below float resolution, one outlier that stretches the grid, crowded
-cells (many equal values), padding, and -inf entries (the excluded item)."""
+``rank_relevant`` puts the relevant items of each query in ranking order (decreasing score, then
+decreasing gallery index) and counts, for each, the row entries above it (and at or above it),
+without sorting the row. It is checked on data built to break it: exact ties (small integers),
+signed zeros, a value range far below float resolution, one outlier that stretches the buckets,
+crowded buckets (many equal values, more than the in-bucket scan handles), the excluded item
+(-inf), queries with no relevant item, and three label levels (depth)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import zlib
 import numpy as np
 import pytest
 
-from rankrepro.metrics.ranking import order_relevant, ranks_by_grid
+from rankrepro.metrics.ranking import BIG, LabelIndex, rank_relevant
 
 
 def _rows(kind: str, rng, b: int, m: int) -> np.ndarray:
@@ -21,18 +22,18 @@ def _rows(kind: str, rng, b: int, m: int) -> np.ndarray:
         return rng.standard_normal((b, m)).astype(np.float32)
     if kind == "integers":  # exact ties everywhere
         return np.round(rng.standard_normal((b, m)) * 2).astype(np.float32)
-    if kind == "zeros":  # -0.0 == +0.0 for comparisons; keys must agree
+    if kind == "zeros":  # -0.0 == +0.0 for comparisons; the order must treat them as tied
         s = np.full((b, m), 0.5, np.float32)
         s[:, ::3] = -0.0
         s[:, 1::5] = 0.0
         return s
-    if kind == "tiny":  # a range of ~1e-30: the grid's scale is huge
+    if kind == "tiny":  # a range of ~1e-30: the buckets' scale is huge
         return (rng.standard_normal((b, m)) * 1e-30).astype(np.float32)
     if kind == "outlier":  # one value far above the rest
         s = (rng.standard_normal((b, m)) * 0.05).astype(np.float32)
         s[:, 1] = 1.0
         return s
-    if kind == "crowded":  # long runs of equal values and near-equal ones in one cell
+    if kind == "crowded":  # long runs of equal values and near-equal ones in one bucket
         s = rng.standard_normal((b, m)).astype(np.float32)
         s[:, : m // 2] = 0.25
         s[:, m // 2 : m // 2 + 20] = np.nextafter(np.float32(0.25), np.float32(1))
@@ -44,45 +45,49 @@ def _rows(kind: str, rng, b: int, m: int) -> np.ndarray:
 def test_counts_and_order_match_brute_force(kind):
     rng = np.random.default_rng(zlib.crc32(kind.encode()))
     for trial in range(40):
-        b, m = int(rng.integers(1, 5)), int(rng.integers(1, 400))
-        p = int(rng.integers(1, m + 1))
-        s = _rows(kind, rng, b, m)
-        if m > 2:
-            s[:, 0] = -np.inf  # the excluded item
-        cols = np.stack([rng.choice(m, p, replace=False) for _ in range(b)])
-        depth = rng.integers(0, 3, (b, p))  # 0 = padding
-        vals = np.take_along_axis(s, cols, 1)
-        depth[~np.isfinite(vals)] = 0
-        asc, cols_o, depth_o = order_relevant(vals, cols, depth)
-        gt, ge = ranks_by_grid(s, asc)
-        for r in range(b):
-            keep = depth[r] > 0
-            k = int(keep.sum())
-            v = np.sort(vals[r][keep])
-            assert np.array_equal(asc[r, p - k :], v) and np.all(asc[r, : p - k] == -np.inf)
-            assert np.array_equal(gt[r, p - k :], (s[r][None, :] > v[:, None]).sum(1)), (kind, trial)
-            assert np.array_equal(ge[r, p - k :], (s[r][None, :] >= v[:, None]).sum(1)), (kind, trial)
-            # ranking order: decreasing score, then decreasing gallery index; padding last
-            assert np.all(depth_o[r, :k] > 0) and np.all(depth_o[r, k:] == 0)
-            sv, cv = s[r][cols_o[r, :k]], cols_o[r, :k]
-            assert np.all((sv[:-1] > sv[1:]) | ((sv[:-1] == sv[1:]) & (cv[:-1] > cv[1:])))
-            # every item kept its depth
-            want = dict(zip(cols[r][keep].tolist(), depth[r][keep].tolist()))
-            assert {int(c): int(d) for c, d in zip(cv, depth_o[r, :k])} == want
+        m = int(rng.integers(1, 400))
+        fine = rng.integers(0, int(rng.integers(1, 12)), m)  # three tree levels over the gallery
+        lab = np.stack([fine, fine // 3, fine // 6], 1)
+        same_set = bool(rng.integers(0, 2))
+        nq = m if same_set else int(rng.integers(1, 6))
+        qlab = lab if same_set else np.stack([f := rng.integers(0, 14, nq), f // 3, f // 6], 1)
+        excl = np.arange(m) if same_set else np.full(nq, -1)
+        index = LabelIndex(qlab, lab, excl)
+        rows = rng.permutation(nq)[: int(rng.integers(1, 5))]
+        s = _rows(kind, rng, len(rows), m)
+        s[excl[rows] >= 0, excl[rows][excl[rows] >= 0]] = -np.inf  # the excluded item
+        c_rel = int(rng.integers(0, 3))
+        vals, cols, depth, gt, ge = rank_relevant(s, index, rows, c_rel)
+        for r, q in enumerate(rows):
+            rel = [j for j in range(m) if lab[j, c_rel] == qlab[q, c_rel] and j != excl[q]]
+            k = len(rel)
+            # ranking order: decreasing score, then decreasing gallery index; padding after
+            want = sorted(rel, key=lambda j: (-float(s[r, j]), -j))
+            assert cols[r, :k].tolist() == want, (kind, trial)
+            assert np.array_equal(vals[r, :k], s[r, want])
+            assert depth[r, :k].tolist() == [1 + int((lab[j, :c_rel] == qlab[q, :c_rel]).sum()) for j in want]
+            v = s[r, want]
+            assert np.array_equal(gt[r, :k], (s[r][None, :] > v[:, None]).sum(1)), (kind, trial)
+            assert np.array_equal(ge[r, :k], (s[r][None, :] >= v[:, None]).sum(1)), (kind, trial)
+            assert np.all(vals[r, k:] == -np.inf) and np.all(cols[r, k:] == m) and np.all(depth[r, k:] == 0)
+            assert np.all(gt[r, k:] == BIG) and np.all(ge[r, k:] == BIG)
 
 
-def test_no_values_and_all_padding():
-    s = np.array([[0.1, 0.2, -np.inf]], np.float32)
-    gt, ge = ranks_by_grid(s, np.zeros((1, 0), np.float32))
-    assert gt.shape == (1, 0) and ge.shape == (1, 0)
-    asc, cols, depth = order_relevant(np.array([[0.1, 0.2]], np.float32), np.array([[0, 1]]), np.zeros((1, 2), int))
-    assert np.all(asc == -np.inf) and np.all(depth == 0)
-    ranks_by_grid(s, asc)  # padding only: no error, counts unused
-
-
-def test_huge_gallery_index_is_refused():
-    with pytest.raises(ValueError, match="2\\^28 items"):
-        order_relevant(np.zeros((1, 1), np.float32), np.array([[1 << 28]]), np.ones((1, 1), int))
+def test_large_buckets_are_sorted_once():
+    # thousands of entries in the relevant items' buckets (scores on a coarse lattice): the
+    # in-bucket scan gives way to one sort of the bucket and binary searches; counts stay exact
+    rng = np.random.default_rng(3)
+    m = 5000
+    lab = rng.integers(0, 3, m)
+    index = LabelIndex(lab[:, None], lab[:, None], np.arange(m))
+    s = (rng.integers(0, 4, (2, m)) / 4).astype(np.float32)
+    s[[0, 1], [0, 1]] = -np.inf
+    vals, cols, depth, gt, ge = rank_relevant(s, index, np.array([0, 1]), 0)
+    for r in range(2):
+        k = int((depth[r] > 0).sum())
+        v = vals[r, :k]
+        assert np.array_equal(gt[r, :k], (s[r][None, :] > v[:, None]).sum(1))
+        assert np.array_equal(ge[r, :k], (s[r][None, :] >= v[:, None]).sum(1))
 
 
 @pytest.mark.parametrize("ties", [None, "index", "pessimistic", "average"])

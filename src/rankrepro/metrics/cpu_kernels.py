@@ -1,7 +1,6 @@
 """Compiled (numba) CPU kernels: the full-list ranks of :func:`rankrepro.metrics.ranking.sort_path`
-(``pack_keys``/``unpack_keys`` behind ``order_relevant``, ``grid_counts`` behind ``ranks_by_grid``)
-and the full-list metrics: one pass per query over its relevant items in ranking order, instead of
-a few dozen whole-array tensor operations.
+(``rank_relevant``) and the full-list metrics: one pass per query over its relevant items in
+ranking order, instead of a few dozen whole-array tensor operations.
 
 The definitions live in :mod:`rankrepro.metrics.hierarchical` and :mod:`rankrepro.metrics.retrieval`,
 whose torch code runs on any device and is the reference these kernels are tested against
@@ -19,8 +18,7 @@ import numba
 import numpy as np
 import torch
 
-__all__ = ["enabled", "set_enabled", "applies", "arrays", "pack_keys", "unpack_keys", "grid_counts", "ap", "hap",
-           "asi", "ndcg"]
+__all__ = ["enabled", "set_enabled", "applies", "arrays", "rank_relevant", "ap", "hap", "asi", "ndcg"]
 
 _ENABLED = True
 
@@ -47,109 +45,189 @@ def set_enabled(flag: bool) -> bool:
     return prev
 
 
-@numba.njit(nogil=True, cache=True)
-def pack_keys(vals, cols, depth, key):  # pragma: no cover - compiled
-    """key = (order-preserving uint32 of the float32 score) << 32 | gallery index << 4 | depth, or 0
-    for padding (sorts first). -0.0 and +0.0 get the same key (they compare equal)."""
-    b, p = vals.shape
-    bits = vals.view(np.uint32)
-    for r in range(b):
-        for i in range(p):
-            if depth[r, i] == 0:
-                key[r, i] = 0
-                continue
-            u = np.uint64(bits[r, i])
-            if u == np.uint64(0x80000000):  # -0.0
-                u = np.uint64(0)
-            u = (u ^ np.uint64(0xFFFFFFFF)) if u >> np.uint64(31) else (u | np.uint64(0x80000000))
-            key[r, i] = (u << np.uint64(32)) | (np.uint64(cols[r, i]) << np.uint64(4)) | np.uint64(depth[r, i])
+@numba.njit(nogil=True, cache=True, inline="always")
+def _cell(x, lo, hi, scale, nb):  # pragma: no cover - compiled
+    """Bucket of score x: 0 below ``lo``, ``nb + 1`` above ``hi``, 1..nb uniformly in between.
+    A monotone function of x (float32 arithmetic), the same for row entries and relevant items."""
+    f = min((x - lo) * scale, np.float32(nb - 1))
+    c = np.int32(1) + np.int32(max(f, np.float32(0.0)))
+    c = np.int32(0) if x < lo else c
+    return np.int32(nb + 1) if x > hi else c
 
 
 @numba.njit(nogil=True, cache=True)
-def unpack_keys(key, asc_bits, cols_o, depth_o):  # pragma: no cover - compiled
-    """From keys sorted increasingly: the scores' bits increasing (padding: -inf, first), and the
-    columns and depths in decreasing key order (padding last: column -1, depth 0)."""
-    b, p = key.shape
-    for r in range(b):
-        for i in range(p):
-            k = key[r, i]
-            j = p - 1 - i
-            if k == 0:
-                asc_bits[r, i] = np.uint32(0xFF800000)  # -inf
-                cols_o[r, j] = -1
-                depth_o[r, j] = 0
-                continue
-            u = np.uint32(k >> np.uint64(32))
-            asc_bits[r, i] = (u ^ np.uint32(0x80000000)) if u >> np.uint32(31) else (u ^ np.uint32(0xFFFFFFFF))
-            low = np.int64(k & np.uint64(0xFFFFFFFF))
-            cols_o[r, j] = low >> 4
-            depth_o[r, j] = low & 15
+def _gather(row, blk_cols, a, b, ex, gcodes, qcode, rel_v, rel_c, rel_d):  # pragma: no cover - compiled
+    """The relevant items blk_cols[a:b] (increasing gallery index) minus ``ex``: scores, columns and
+    depths (1 + number of finer label columns shared with the query). Returns their number."""
+    c_rel = gcodes.shape[1] - 1
+    k = 0
+    for pos in range(a, b):
+        c = blk_cols[pos]
+        if c == ex:
+            continue
+        d = 1
+        for lv in range(c_rel):
+            d += gcodes[c, lv] == qcode[lv]
+        rel_c[k] = c
+        rel_d[k] = d
+        rel_v[k] = row[c]
+        k += 1
+    return k
 
 
 @numba.njit(nogil=True, cache=True)
-def grid_counts(s, asc, gt, ge, grid):  # pragma: no cover - compiled
-    """Per row: the values (the row's valid ``asc`` entries, increasing) span a range cut into
-    ``grid`` cells per value, a few extreme values at each end left to the end cells. The cell of a
-    score is a monotone function of it (float32 ``(x - lo) * scale`` clamped, the same for entries
-    and values), so an entry lies above every value of the earlier cells and below every value of
-    the later ones: one comparison places it in a cell holding at most one value, a binary search
-    in a crowded one. ``hist[2i]`` counts the entries with exactly i values below them,
-    ``hist[2i + 1]`` those that also equal value i (the first of its run of equal values)."""
+def _order_desc(rel_v, k, key, ia, ib, hist):  # pragma: no cover - compiled
+    """Permutation of rel_v[:k] by decreasing value, then decreasing position: a stable LSD radix
+    sort (3 x 11 bits) of order-preserving uint32 keys, fed in decreasing position order. -0.0 and
+    +0.0 get the same key (they compare equal)."""
+    bits = rel_v.view(np.uint32)
+    for i in range(k):
+        u = bits[i]
+        if u == np.uint32(0x80000000):
+            u = np.uint32(0)
+        u = (u ^ np.uint32(0xFFFFFFFF)) if u >> np.uint32(31) else (u | np.uint32(0x80000000))
+        key[i] = ~u  # increasing as the score decreases
+        ia[i] = k - 1 - i
+    src = ia
+    dst = ib
+    for shift in (0, 11, 22):
+        hist[:] = 0
+        for t in range(k):
+            hist[(key[src[t]] >> np.uint32(shift)) & np.uint32(2047)] += 1
+        acc = 0
+        for h in range(2048):
+            n = hist[h]
+            hist[h] = acc
+            acc += n
+        for t in range(k):
+            i = src[t]
+            h = (key[i] >> np.uint32(shift)) & np.uint32(2047)
+            dst[hist[h]] = i
+            hist[h] += 1
+        src, dst = dst, src
+    return src
+
+
+@numba.njit(nogil=True, cache=True)
+def _bucketize(row, lo, hi, scale, nb, cell, hist, grouped):  # pragma: no cover - compiled
+    """Counting sort of the row's entries by bucket, highest bucket first: afterwards bucket c's
+    entries are grouped[hist[c + 1]:hist[c]] (from 0 for the top bucket, nb + 1)."""
+    m = row.shape[0]
+    for j in range(m):  # (a loop of its own: vectorised)
+        cell[j] = _cell(row[j], lo, hi, scale, nb)
+    hist[:] = 0
+    for j in range(m):
+        hist[cell[j]] += 1
+    acc = 0
+    for c in range(nb + 1, -1, -1):
+        n = hist[c]
+        hist[c] = acc
+        acc += n
+    for j in range(m):
+        c = cell[j]
+        grouped[hist[c]] = row[j]
+        hist[c] += 1
+
+
+@numba.njit(nogil=True, cache=True)
+def _count(vd, k, grouped, hist, lo, hi, scale, nb, gt, ge, sorted_flag, sorted_list):  # pragma: no cover
+    """gt/ge of the values vd[:k]: entries in higher buckets, plus those of the value's own bucket
+    that are above (at or above) it, compared one by one; a bucket of more than 64 entries is
+    sorted once and binary-searched."""
+    n_sorted = 0
+    for o in range(k):
+        v = vd[o]
+        c = _cell(v, lo, hi, scale, nb)
+        b0 = hist[c + 1] if c <= nb else 0
+        b1 = hist[c]
+        if b1 - b0 > 64:
+            if sorted_flag[c] == 0:
+                grouped[b0:b1] = -np.sort(-grouped[b0:b1])  # decreasing
+                sorted_flag[c] = 1
+                sorted_list[n_sorted] = c
+                n_sorted += 1
+            a, e = b0, b1
+            while a < e:
+                mid = (a + e) >> 1
+                if grouped[mid] > v:
+                    a = mid + 1
+                else:
+                    e = mid
+            g = a
+            e = b1
+            while a < e:
+                mid = (a + e) >> 1
+                if grouped[mid] >= v:
+                    a = mid + 1
+                else:
+                    e = mid
+            gt[o] = g
+            ge[o] = a
+        else:
+            g = b0
+            q = 0
+            for j in range(b0, b1):
+                g += grouped[j] > v
+                q += grouped[j] == v
+            gt[o] = g
+            ge[o] = g + q
+    for t in range(n_sorted):
+        sorted_flag[sorted_list[t]] = 0
+
+
+@numba.njit(nogil=True, cache=True)
+def rank_relevant(s, blk_cols, blk_start, blk_stop, gcodes, qcodes, excl, big, vals, cols, depth, gt,
+                  ge):  # pragma: no cover - compiled
+    """For each row r of the scores ``s`` [b, m] (float32): its relevant items
+    ``blk_cols[blk_start[r]:blk_stop[r]]`` (increasing gallery index) minus ``excl[r]``, in ranking
+    order (decreasing score, then decreasing gallery index), with their scores, columns, depths
+    (label columns of ``gcodes`` [m, C] shared with ``qcodes[r]``) and ``gt``/``ge``: the numbers
+    of entries of the row scoring > and >= them. Outputs are [b, P], padded after the items with
+    -inf, m, 0, ``big``, ``big``.
+
+    Without sorting the row: the items are sorted (radix), the range of their scores is cut into
+    about m/2 buckets (a monotone float32 function of the score), the row's entries are grouped by
+    bucket (one counting-sort pass), and each item's counts are the entries of the higher buckets
+    plus a few comparisons within its own bucket."""
     b, m = s.shape
-    p = asc.shape[1]
+    p = vals.shape[1]
+    nb = max(1, m // 2)
     cell = np.empty(m, np.int32)
-    zero = np.float32(0.0)
+    hist = np.empty(nb + 2, np.int32)
+    grouped = np.empty(m, np.float32)
+    rel_v = np.empty(p, np.float32)
+    rel_c = np.empty(p, np.int64)
+    rel_d = np.empty(p, np.int64)
+    key = np.empty(p, np.uint32)
+    ia = np.empty(p, np.int32)
+    ib = np.empty(p, np.int32)
+    radix = np.empty(2048, np.int32)
+    sorted_flag = np.zeros(nb + 2, np.uint8)
+    sorted_list = np.empty(nb + 2, np.int32)
+    ninf = np.float32(-np.inf)
     for r in range(b):
-        n_pad = 0
-        while n_pad < p and asc[r, n_pad] == -np.inf:
-            n_pad += 1
-        k = p - n_pad
-        gt[r, :n_pad] = 0
-        ge[r, :n_pad] = 0
+        row = s[r]
+        k = _gather(row, blk_cols, blk_start[r], blk_stop[r], excl[r], gcodes, qcodes[r], rel_v, rel_c, rel_d)
+        order = _order_desc(rel_v, k, key, ia, ib, radix)
+        for o in range(k):
+            i = order[o]
+            vals[r, o] = rel_v[i]
+            cols[r, o] = rel_c[i]
+            depth[r, o] = rel_d[i]
+        for o in range(k, p):
+            vals[r, o] = ninf
+            cols[r, o] = m
+            depth[r, o] = 0
+            gt[r, o] = big
+            ge[r, o] = big
         if k == 0:
             continue
-        v = asc[r, n_pad:]
-        trim = k // 256
-        lo = v[trim]
-        width = np.float64(v[k - 1 - trim]) - np.float64(lo)
-        g = grid * k
-        scale = np.float32(min(g / width, 1e30)) if width > 0 else np.float32(1.0)
-        top = np.float32(g - 1)
-        first = np.zeros(g + 2, np.int32)  # first[c]: index of the first value of cell c
-        for i in range(k):
-            first[np.int32(min(max((v[i] - lo) * scale, zero), top)) + 1] += 1
-        for c in range(g):
-            first[c + 1] += first[c]
-        first[g + 1] = k
-        vp = np.empty(k + 1, np.float32)  # the values and a +inf sentinel
-        vp[:k] = v
-        vp[k] = np.inf
-        row = s[r]
-        for j in range(m):  # (a loop of its own: vectorised)
-            cell[j] = np.int32(min(max((row[j] - lo) * scale, zero), top))
-        hist = np.zeros(2 * (k + 1), np.int64)
-        for j in range(m):
-            x = row[j]
-            c = cell[j]
-            a = first[c]
-            a += vp[a] < x  # values past the cell are above x
-            if vp[a] < x:  # a crowded cell: binary search the rest
-                e = first[c + 1]
-                while a < e:
-                    mid = (a + e) >> 1
-                    if vp[mid] < x:
-                        a = mid + 1
-                    else:
-                        e = mid
-            hist[2 * a + (vp[a] == x)] += 1
-        acc = 0
-        run = 0
-        for i in range(k):
-            acc += hist[2 * i] + hist[2 * i + 1]
-            if i == 0 or v[i] != v[i - 1]:
-                run = i
-            gt[r, n_pad + i] = m - acc
-            ge[r, n_pad + i] = m - acc + hist[2 * run + 1]
+        lo = vals[r, k - 1]
+        hi = vals[r, 0]
+        width = np.float64(hi) - np.float64(lo)
+        scale = np.float32(min(nb / width, 1e30)) if width > 0 else np.float32(1.0)
+        _bucketize(row, lo, hi, scale, nb, cell, hist, grouped)
+        _count(vals[r], k, grouped, hist, lo, hi, scale, nb, gt[r], ge[r], sorted_flag, sorted_list)
 
 
 @numba.njit(nogil=True, cache=True)

@@ -37,12 +37,12 @@ Ranks and tie conventions
     so PML with k < gallery size can differ from every fixed convention when ties straddle rank k.
 
 Two ways to get the ranks
-    * *full-list path* (``sort_path``; AP, H-AP, ASI, NDCG): the relevant items of each row are put
-      in ranking order by one sort of 64-bit keys packing (score, gallery index, depth). Their
-      counts ``gt``/``ge`` over the whole row come, on CPU, from :func:`ranks_by_grid` (a compiled
-      pass that places each entry among the relevant scores through a grid of cells: no sort of
-      the row, about 3x cheaper than sorting it); on CUDA (or with the compiled kernels switched
-      off) from ``torch.sort`` of each row and ``searchsorted``.
+    * *full-list path* (``sort_path``; AP, H-AP, ASI, NDCG): every relevant item of each row, in
+      ranking order, with its counts ``gt``/``ge`` over the whole row. On CPU one compiled pass
+      (:func:`rank_relevant`): the relevant items are radix-sorted, the row's entries grouped into
+      buckets over their score range (a counting sort), and each item's counts are the entries of
+      the higher buckets plus a few comparisons in its own: no sort of the row. On CUDA (or with
+      the compiled kernels switched off): ``torch.sort`` of each row and ``searchsorted``.
     * *counting path* (ranked-list metrics only: R@k, P@k, TR@k, mAP@R, RP, mAP@k, MRR): the rank
       of a positive is ``1 + #{items with a larger score}``, one comparison pass over the row.
       The positives' own scores are computed first (a small product on their columns); the chunk's
@@ -386,13 +386,31 @@ class LabelIndex:
             cache[key] = torch.from_numpy(getattr(self, name)).to(device)
         return cache[key]
 
+    def by_index(self, c: int):
+        """``(cols, start, stop)``: the gallery sorted by (column-c label, index), and for query i
+        the range ``cols[start[i]:stop[i]]`` of the items sharing its column-c label (cached)."""
+        cache = self.__dict__.setdefault("_by_index", {})
+        if c not in cache:
+            cols = np.argsort(self.gcodes[:, c], kind="stable")
+            codes = self.gcodes[cols, c]
+            start = np.searchsorted(codes, self.qcodes[:, c], "left")
+            stop = np.searchsorted(codes, self.qcodes[:, c], "right")
+            cache[c] = (cols.astype(np.int64), start.astype(np.int64), stop.astype(np.int64))
+        return cache[c]
+
     def n_relevant(self, c: int) -> np.ndarray:
         """Number of gallery items with the query's column-c label, the excluded item not counted."""
         inside = (self.excl_pos >= self.start[c]) & (self.excl_pos < self.stop[c])
         return self.stop[c] - self.start[c] - inside
 
     def depth_counts(self, c_rel: int) -> np.ndarray:
-        """[Nq, c_rel + 2]: items at each depth 0..c_rel+1 (depth = shared columns among 0..c_rel)."""
+        """[Nq, c_rel + 2]: items at each depth 0..c_rel+1 (depth = shared columns among 0..c_rel); cached."""
+        cache = self.__dict__.setdefault("_depth_cache", {})
+        if c_rel not in cache:
+            cache[c_rel] = self._depth_counts(c_rel)
+        return cache[c_rel]
+
+    def _depth_counts(self, c_rel: int) -> np.ndarray:
         n = np.empty((self.n_query, c_rel + 2), np.int64)
         listed = self.n_gallery - (self.excl >= 0)
         cum = [self.n_relevant(c) for c in range(c_rel + 1)]  # cum[c]: depth >= c_rel + 1 - c
@@ -542,42 +560,23 @@ def counted_chunk(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex,
 
 # ----------------------------------------------------------------------------- CPU ranks without a row sort
 
-_GRID = 8  # grid cells per relevant item in :func:`ranks_by_grid`
 
-
-def order_relevant(vals: np.ndarray, cols: np.ndarray, depth: np.ndarray):
-    """The relevant items of each row in ranking order, by one sort of 64-bit keys (no argsort).
-
-    ``vals`` float32, ``cols``, ``depth`` [b, P] (depth 0 = padding). Returns ``(asc, cols, depth)``:
-    ``asc`` [b, P] the scores in increasing order (padding first, as -inf), and ``cols``/``depth`` in
-    ranking order: decreasing score, then decreasing gallery index, padding last (depth 0)."""
-    b, p = depth.shape
-    if p and (int(cols.max()) >= 1 << 28 or int(depth.max()) >= 16):
-        raise ValueError("galleries of 2^28 items or more, or 16 label levels or more, are not supported")
-    key = np.empty((b, p), np.uint64)
-    cpu_kernels.pack_keys(np.ascontiguousarray(vals, np.float32), np.ascontiguousarray(cols, np.int64),
-               np.ascontiguousarray(depth, np.int64), key)
-    key.sort(axis=1)
-    asc = np.empty((b, p), np.float32)
-    cols_o = np.empty((b, p), np.int64)
-    depth_o = np.empty((b, p), np.int64)
-    cpu_kernels.unpack_keys(key, asc.view(np.uint32), cols_o, depth_o)
-    return asc, cols_o, depth_o
-
-
-def ranks_by_grid(s: np.ndarray, asc: np.ndarray):
-    """``(gt, ge)`` [b, P] int64: per row, the numbers of entries of ``s`` [b, M] (float32) that are
-    > and >= each value of ``asc`` [b, P] (increasing per row; -inf padding first, whose counts
-    are meaningless).
-
-    Exact, and without sorting the rows: see :func:`rankrepro.metrics.cpu_kernels.grid_counts`."""
-    s = np.ascontiguousarray(s, np.float32)
-    asc = np.ascontiguousarray(asc, np.float32)
-    gt = np.empty(asc.shape, np.int64)
-    ge = np.empty(asc.shape, np.int64)
-    if asc.size:
-        cpu_kernels.grid_counts(s, asc, gt, ge, _GRID)
-    return gt, ge
+def rank_relevant(s: np.ndarray, index: "LabelIndex", rows: np.ndarray, c_rel: int):
+    """The items relevant at column ``c_rel`` of each row of ``s`` [b, Ng] (float32 scores of the
+    queries ``rows``) in ranking order: ``(vals, cols, depth, gt, ge)`` [b, P], padded after the
+    items with -inf, Ng, 0, BIG, BIG. Exact, without sorting the rows: see
+    :func:`rankrepro.metrics.cpu_kernels.rank_relevant`."""
+    blk_cols, start, stop = index.by_index(c_rel)
+    a, b_ = start[rows], stop[rows]
+    p = max(1, int((b_ - a).max(initial=0)))
+    n = len(rows)
+    vals = np.empty((n, p), np.float32)
+    cols, depth, gt, ge = (np.empty((n, p), np.int64) for _ in range(4))
+    cpu_kernels.rank_relevant(np.ascontiguousarray(s, np.float32), blk_cols, a, b_,
+                              np.ascontiguousarray(index.gcodes[:, : c_rel + 1]),
+                              np.ascontiguousarray(index.qcodes[rows, : c_rel + 1]), index.excl[rows], BIG,
+                              vals, cols, depth, gt, ge)
+    return vals, cols, depth, gt, ge
 
 
 # ----------------------------------------------------------------------------- ranked items
@@ -678,16 +677,9 @@ def sort_path(s: torch.Tensor, index: LabelIndex, rows: np.ndarray, c_rel: int,
     ``index_cutoff`` [b]: the index-convention rank is made exact for items with gt + 1 <= cutoff
     (use a huge value for every item); beyond it ``rank_index`` is the lower bound gt + 1."""
     dev = s.device
-    if cpu_kernels.applies(s):  # sort-free counting (see ranks_by_grid)
-        cols, valid, depth = _relevant_cols(index, rows, c_rel, dev)
-        asc, cols_o, depth_o = order_relevant(s.gather(1, cols).numpy(), cols.numpy(), depth.numpy())
-        gt_a, ge_a = ranks_by_grid(s.numpy(), asc)
-        valid = torch.from_numpy(depth_o > 0)
-        depth = torch.from_numpy(depth_o)
-        cols = torch.from_numpy(cols_o).masked_fill_(~valid, index.n_gallery)
-        vals = torch.from_numpy(asc[:, ::-1].copy())
-        gt = torch.from_numpy(gt_a[:, ::-1].copy()).masked_fill_(~valid, BIG)
-        ge = torch.from_numpy(ge_a[:, ::-1].copy()).masked_fill_(~valid, BIG)
+    if cpu_kernels.applies(s):  # sort-free counting (see rank_relevant)
+        vals, cols, depth, gt, ge = map(torch.from_numpy, rank_relevant(s.numpy(), index, rows, c_rel))
+        valid = depth > 0
     else:
         cols, vals, depth = _relevant(s, index, rows, c_rel)
         order = order_desc(vals, cols)
