@@ -57,7 +57,7 @@ def test_counts_and_order_match_brute_force(kind):
         s = _rows(kind, rng, len(rows), m)
         s[excl[rows] >= 0, excl[rows][excl[rows] >= 0]] = -np.inf  # the excluded item
         c_rel = int(rng.integers(0, 3))
-        vals, cols, depth, gt, ge = rank_relevant(s, index, rows, c_rel)
+        vals, cols, depth, gt, ge, after = rank_relevant(s, index, rows, c_rel)
         for r, q in enumerate(rows):
             rel = [j for j in range(m) if lab[j, c_rel] == qlab[q, c_rel] and j != excl[q]]
             k = len(rel)
@@ -69,6 +69,8 @@ def test_counts_and_order_match_brute_force(kind):
             v = s[r, want]
             assert np.array_equal(gt[r, :k], (s[r][None, :] > v[:, None]).sum(1)), (kind, trial)
             assert np.array_equal(ge[r, :k], (s[r][None, :] >= v[:, None]).sum(1)), (kind, trial)
+            # the index tie-break: entries scoring the same with a larger gallery index
+            assert after[r, :k].tolist() == [int((s[r, j + 1 :] == s[r, j]).sum()) for j in want], (kind, trial)
             assert np.all(vals[r, k:] == -np.inf) and np.all(cols[r, k:] == m) and np.all(depth[r, k:] == 0)
             assert np.all(gt[r, k:] == BIG) and np.all(ge[r, k:] == BIG)
 
@@ -82,12 +84,13 @@ def test_large_buckets_are_sorted_once():
     index = LabelIndex(lab[:, None], lab[:, None], np.arange(m))
     s = (rng.integers(0, 4, (2, m)) / 4).astype(np.float32)
     s[[0, 1], [0, 1]] = -np.inf
-    vals, cols, depth, gt, ge = rank_relevant(s, index, np.array([0, 1]), 0)
+    vals, cols, depth, gt, ge, after = rank_relevant(s, index, np.array([0, 1]), 0)
     for r in range(2):
         k = int((depth[r] > 0).sum())
         v = vals[r, :k]
         assert np.array_equal(gt[r, :k], (s[r][None, :] > v[:, None]).sum(1))
         assert np.array_equal(ge[r, :k], (s[r][None, :] >= v[:, None]).sum(1))
+        assert after[r, :k].tolist() == [int((s[r, j + 1 :] == s[r, j]).sum()) for j in cols[r, :k]]
 
 
 @pytest.mark.parametrize("ties", [None, "index", "pessimistic", "average"])

@@ -109,9 +109,10 @@ def _order_desc(rel_v, k, key, ia, ib, hist):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True)
-def _bucketize(row, lo, hi, scale, nb, cell, hist, grouped):  # pragma: no cover - compiled
+def _bucketize(row, lo, hi, scale, nb, cell, hist, grouped, gidx):  # pragma: no cover - compiled
     """Counting sort of the row's entries by bucket, highest bucket first: afterwards bucket c's
-    entries are grouped[hist[c + 1]:hist[c]] (from 0 for the top bucket, nb + 1)."""
+    entries (scores ``grouped``, gallery indices ``gidx``) are at [hist[c + 1], hist[c]) (from 0
+    for the top bucket, nb + 1)."""
     m = row.shape[0]
     for j in range(m):  # (a loop of its own: vectorised)
         cell[j] = _cell(row[j], lo, hi, scale, nb)
@@ -126,30 +127,34 @@ def _bucketize(row, lo, hi, scale, nb, cell, hist, grouped):  # pragma: no cover
     for j in range(m):
         c = cell[j]
         grouped[hist[c]] = row[j]
+        gidx[hist[c]] = j
         hist[c] += 1
 
 
 @numba.njit(nogil=True, cache=True)
-def _count(vd, k, grouped, hist, lo, hi, scale, nb, gt, ge, sorted_flag, sorted_list):  # pragma: no cover
-    """gt/ge of the values vd[:k]: entries in higher buckets, plus those of the value's own bucket
-    that are above (at or above) it, compared one by one; a bucket of more than 64 entries is
-    sorted once and binary-searched."""
+def _count(vd, cd, k, grouped, gidx, sorted_vals, hist, lo, hi, scale, nb, gt, ge, after, scratch,
+           sorted_flag, sorted_list):  # pragma: no cover - compiled
+    """For the values vd[:k] (decreasing; columns cd): gt/ge, the entries of the higher buckets plus
+    those of the value's own bucket above (at or above) it, compared one by one (a bucket of more
+    than 64 entries is sorted once, into ``sorted_vals``, and binary-searched); and ``after``, the
+    entries equal to the value with a larger gallery index (0 when untied)."""
     n_sorted = 0
-    for o in range(k):
+    o = 0
+    while o < k:
         v = vd[o]
         c = _cell(v, lo, hi, scale, nb)
         b0 = hist[c + 1] if c <= nb else 0
         b1 = hist[c]
         if b1 - b0 > 64:
             if sorted_flag[c] == 0:
-                grouped[b0:b1] = -np.sort(-grouped[b0:b1])  # decreasing
+                sorted_vals[b0:b1] = -np.sort(-grouped[b0:b1])  # decreasing
                 sorted_flag[c] = 1
                 sorted_list[n_sorted] = c
                 n_sorted += 1
             a, e = b0, b1
             while a < e:
                 mid = (a + e) >> 1
-                if grouped[mid] > v:
+                if sorted_vals[mid] > v:
                     a = mid + 1
                 else:
                     e = mid
@@ -157,33 +162,50 @@ def _count(vd, k, grouped, hist, lo, hi, scale, nb, gt, ge, sorted_flag, sorted_
             e = b1
             while a < e:
                 mid = (a + e) >> 1
-                if grouped[mid] >= v:
+                if sorted_vals[mid] >= v:
                     a = mid + 1
                 else:
                     e = mid
-            gt[o] = g
-            ge[o] = a
+            q = a
         else:
             g = b0
             q = 0
             for j in range(b0, b1):
                 g += grouped[j] > v
                 q += grouped[j] == v
-            gt[o] = g
-            ge[o] = g + q
+            q += g
+        # the run of items tied with this one (consecutive, decreasing column) shares the counts
+        o1 = o + 1
+        while o1 < k and vd[o1] == v:
+            o1 += 1
+        for t in range(o, o1):
+            gt[t] = g
+            ge[t] = q
+            after[t] = 0
+        if q - g > 1:  # other entries equal v: index tie-break from their sorted gallery indices
+            n_eq = 0
+            for j in range(b0, b1):
+                if grouped[j] == v:
+                    scratch[n_eq] = gidx[j]
+                    n_eq += 1
+            eq = np.sort(scratch[:n_eq])
+            for t in range(o, o1):
+                after[t] = n_eq - np.searchsorted(eq, cd[t], side="right")
+        o = o1
     for t in range(n_sorted):
         sorted_flag[sorted_list[t]] = 0
 
 
 @numba.njit(nogil=True, cache=True)
-def rank_relevant(s, blk_cols, blk_start, blk_stop, gcodes, qcodes, excl, big, vals, cols, depth, gt,
-                  ge):  # pragma: no cover - compiled
+def rank_relevant(s, blk_cols, blk_start, blk_stop, gcodes, qcodes, excl, big, vals, cols, depth, gt, ge,
+                  after):  # pragma: no cover - compiled
     """For each row r of the scores ``s`` [b, m] (float32): its relevant items
     ``blk_cols[blk_start[r]:blk_stop[r]]`` (increasing gallery index) minus ``excl[r]``, in ranking
     order (decreasing score, then decreasing gallery index), with their scores, columns, depths
-    (label columns of ``gcodes`` [m, C] shared with ``qcodes[r]``) and ``gt``/``ge``: the numbers
-    of entries of the row scoring > and >= them. Outputs are [b, P], padded after the items with
-    -inf, m, 0, ``big``, ``big``.
+    (label columns of ``gcodes`` [m, C] shared with ``qcodes[r]``), ``gt``/``ge`` (the numbers of
+    entries of the row scoring > and >= them) and ``after`` (entries scoring the same with a
+    larger gallery index). Outputs are [b, P], padded after the items with -inf, m, 0, ``big``,
+    ``big``, 0.
 
     Without sorting the row: the items are sorted (radix), the range of their scores is cut into
     about m/2 buckets (a monotone float32 function of the score), the row's entries are grouped by
@@ -195,6 +217,9 @@ def rank_relevant(s, blk_cols, blk_start, blk_stop, gcodes, qcodes, excl, big, v
     cell = np.empty(m, np.int32)
     hist = np.empty(nb + 2, np.int32)
     grouped = np.empty(m, np.float32)
+    gidx = np.empty(m, np.int32)
+    sorted_vals = np.empty(m, np.float32)
+    scratch = np.empty(m, np.int64)
     rel_v = np.empty(p, np.float32)
     rel_c = np.empty(p, np.int64)
     rel_d = np.empty(p, np.int64)
@@ -220,14 +245,16 @@ def rank_relevant(s, blk_cols, blk_start, blk_stop, gcodes, qcodes, excl, big, v
             depth[r, o] = 0
             gt[r, o] = big
             ge[r, o] = big
+            after[r, o] = 0
         if k == 0:
             continue
         lo = vals[r, k - 1]
         hi = vals[r, 0]
         width = np.float64(hi) - np.float64(lo)
         scale = np.float32(min(nb / width, 1e30)) if width > 0 else np.float32(1.0)
-        _bucketize(row, lo, hi, scale, nb, cell, hist, grouped)
-        _count(vals[r], k, grouped, hist, lo, hi, scale, nb, gt[r], ge[r], sorted_flag, sorted_list)
+        _bucketize(row, lo, hi, scale, nb, cell, hist, grouped, gidx)
+        _count(vals[r], cols[r], k, grouped, gidx, sorted_vals, hist, lo, hi, scale, nb, gt[r], ge[r], after[r],
+               scratch, sorted_flag, sorted_list)
 
 
 @numba.njit(nogil=True, cache=True)

@@ -563,20 +563,21 @@ def counted_chunk(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex,
 
 def rank_relevant(s: np.ndarray, index: "LabelIndex", rows: np.ndarray, c_rel: int):
     """The items relevant at column ``c_rel`` of each row of ``s`` [b, Ng] (float32 scores of the
-    queries ``rows``) in ranking order: ``(vals, cols, depth, gt, ge)`` [b, P], padded after the
-    items with -inf, Ng, 0, BIG, BIG. Exact, without sorting the rows: see
+    queries ``rows``) in ranking order: ``(vals, cols, depth, gt, ge, after)`` [b, P], padded after
+    the items with -inf, Ng, 0, BIG, BIG, 0; ``after``: the entries scoring the same as the item
+    with a larger gallery index. Exact, without sorting the rows: see
     :func:`rankrepro.metrics.cpu_kernels.rank_relevant`."""
     blk_cols, start, stop = index.by_index(c_rel)
     a, b_ = start[rows], stop[rows]
     p = max(1, int((b_ - a).max(initial=0)))
     n = len(rows)
     vals = np.empty((n, p), np.float32)
-    cols, depth, gt, ge = (np.empty((n, p), np.int64) for _ in range(4))
+    cols, depth, gt, ge, after = (np.empty((n, p), np.int64) for _ in range(5))
     cpu_kernels.rank_relevant(np.ascontiguousarray(s, np.float32), blk_cols, a, b_,
                               np.ascontiguousarray(index.gcodes[:, : c_rel + 1]),
                               np.ascontiguousarray(index.qcodes[rows, : c_rel + 1]), index.excl[rows], BIG,
-                              vals, cols, depth, gt, ge)
-    return vals, cols, depth, gt, ge
+                              vals, cols, depth, gt, ge, after)
+    return vals, cols, depth, gt, ge, after
 
 
 # ----------------------------------------------------------------------------- ranked items
@@ -675,24 +676,24 @@ def sort_path(s: torch.Tensor, index: LabelIndex, rows: np.ndarray, c_rel: int,
     """Exact ranks of every item relevant at column ``c_rel`` (depths 1..c_rel+1) for a chunk.
 
     ``index_cutoff`` [b]: the index-convention rank is made exact for items with gt + 1 <= cutoff
-    (use a huge value for every item); beyond it ``rank_index`` is the lower bound gt + 1."""
+    (use a huge value for every item); beyond it ``rank_index`` may be the lower bound gt + 1 (on
+    CPU it is exact for every item)."""
     dev = s.device
-    if cpu_kernels.applies(s):  # sort-free counting (see rank_relevant)
-        vals, cols, depth, gt, ge = map(torch.from_numpy, rank_relevant(s.numpy(), index, rows, c_rel))
-        valid = depth > 0
+    if cpu_kernels.applies(s):  # sort-free counting, index ties broken in the kernel (see rank_relevant)
+        vals, cols, depth, gt, ge, after = map(torch.from_numpy, rank_relevant(s.numpy(), index, rows, c_rel))
+        rank_index = after.add_(gt).add_(1)
     else:
         cols, vals, depth = _relevant(s, index, rows, c_rel)
         order = order_desc(vals, cols)
         cols, vals, depth = cols.gather(1, order), vals.gather(1, order), depth.gather(1, order)
         ge, gt = count_at_least(s, vals)
-        valid = depth > 0
-    rank_index = gt + 1
-    cut = torch.from_numpy(np.asarray(index_cutoff, np.int64)).to(dev)[:, None]
-    need = valid & (ge - gt > 1) & (gt + 1 <= cut)
-    if bool(need.any()):
-        r, p = need.nonzero(as_tuple=True)
-        t = _index_ties(s, r.cpu().numpy(), vals[r, p].cpu().numpy(), cols[r, p].cpu().numpy())
-        rank_index[r, p] += torch.from_numpy(t).to(dev)
+        rank_index = gt + 1
+        cut = torch.from_numpy(np.asarray(index_cutoff, np.int64)).to(dev)[:, None]
+        need = (depth > 0) & (ge - gt > 1) & (gt + 1 <= cut)
+        if bool(need.any()):
+            r, p = need.nonzero(as_tuple=True)
+            t = _index_ties(s, r.cpu().numpy(), vals[r, p].cpu().numpy(), cols[r, p].cpu().numpy())
+            rank_index[r, p] += torch.from_numpy(t).to(dev)
     n = torch.from_numpy(index.depth_counts(c_rel)[rows]).to(dev)
     return Ranked(rows, depth, cols, vals, gt, ge, rank_index, n, c_rel + 1)
 
