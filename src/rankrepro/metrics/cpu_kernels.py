@@ -18,7 +18,7 @@ import numba
 import numpy as np
 import torch
 
-__all__ = ["enabled", "set_enabled", "applies", "arrays", "rank_relevant", "ap", "hap", "asi", "ndcg"]
+__all__ = ["enabled", "set_enabled", "applies", "arrays", "count_block", "rank_relevant", "ap", "hap", "asi", "ndcg"]
 
 _ENABLED = True
 
@@ -43,6 +43,23 @@ def set_enabled(flag: bool) -> bool:
     global _ENABLED
     prev, _ENABLED = _ENABLED, bool(flag)
     return prev
+
+
+@numba.njit(nogil=True, cache=True)
+def count_block(s, c0, c1, t, gt, eq, want_eq):  # pragma: no cover - compiled
+    """Add to gt[r] (and eq[r] when ``want_eq``) the entries of s[r, c0:c1] that are > (==) t[r]."""
+    for r in range(s.shape[0]):
+        row = s[r]
+        x = t[r]
+        g = 0
+        for j in range(c0, c1):
+            g += row[j] > x
+        gt[r] += g
+        if want_eq:
+            e = 0
+            for j in range(c0, c1):
+                e += row[j] == x
+            eq[r] += e
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
