@@ -46,18 +46,18 @@ def set_enabled(flag: bool) -> bool:
 
 
 @numba.njit(nogil=True, cache=True)
-def count_block(s, c0, c1, t, gt, eq, want_eq):  # pragma: no cover - compiled
-    """Add to gt[r] (and eq[r] when ``want_eq``) the entries of s[r, c0:c1] that are > (==) t[r]."""
+def count_block(s, t, gt, eq, want_eq):  # pragma: no cover - compiled
+    """Add to gt[r] (and eq[r] when ``want_eq``) the entries of s[r] that are > (==) t[r]."""
     for r in range(s.shape[0]):
         row = s[r]
         x = t[r]
         g = 0
-        for j in range(c0, c1):
+        for j in range(row.shape[0]):
             g += row[j] > x
         gt[r] += g
         if want_eq:
             e = 0
-            for j in range(c0, c1):
+            for j in range(row.shape[0]):
                 e += row[j] == x
             eq[r] += e
 
