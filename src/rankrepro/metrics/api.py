@@ -294,11 +294,11 @@ def _evaluate_sorted(q, g, index, specs, *, ties, c_rel, memory_budget, max_rows
         # of rows sized for their relevant sets
         s_big = chunk_scores(q, g, index, big)
         a = 0
-        for chunk in _chunk_rows(big, size, m, memory_budget // 2 // workers, max_rows):
+        for chunk in _chunk_rows(big, size, 0, memory_budget // 2 // workers, max_rows):  # views of s_big
             process(s_big[a : a + len(chunk)], chunk)
             a += len(chunk)
 
-    for_chunks(q.device, rows, zero, m, memory_budget // 2, max_rows, chunk_fn)
+    for_chunks(q.device, rows, zero, 4 * m, memory_budget // 2, max_rows, chunk_fn)  # the scores
     for s in swap:  # a dataset-level value: Σ_l w_l · mAP^(l) (see hierarchical.py)
         w = [1.0 / big_c] * big_c if sigma_w is None else [float(x) for x in sigma_w]
         if len(w) != big_c:
@@ -339,5 +339,6 @@ def _evaluate_counted(q, g, index, specs, *, ties, memory_budget, max_rows) -> d
                 if s.col == c:
                     res[s.name][chunk] = binary_metric(r, 1, s.kind, s.k, _ties_for(s, ties)).cpu().numpy()
 
-    for_chunks(q.device, rows, size, g.shape[0], memory_budget, max_rows, chunk_fn)
+    # the score blocks (4 * Ng per row) and copies of the rows that need further passes
+    for_chunks(q.device, rows, size, 8 * g.shape[0], memory_budget, max_rows, chunk_fn)
     return res

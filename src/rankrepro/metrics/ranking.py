@@ -47,7 +47,8 @@ Two ways to get the ranks
       of a positive is ``1 + #{items with a larger score}``, one comparison pass over the row.
       The positives' own scores are computed first (a small product on their columns); the chunk's
       scores are then computed in blocks of 4096 gallery columns, and the best positive's count
-      is taken from each block while it is still in cache (no full-row pass from memory). Further
+      is taken from each block while it is still in cache (a compiled pass on CPU; no full-row
+      pass from memory). Further
       positives are counted only while their rank can still fall within the metric's cutoff (R,
       or k), on the few rows that need it; rows that would need more than 8 such passes take
       their top-(cutoff + 1) scores instead (``torch.topk``, a partial sort). With a sort-free
@@ -57,8 +58,12 @@ Reproducibility: scores are float32 BLAS products; with MKL the last bits of a s
 the shape of the chunk it was computed in, so results are bit-reproducible for fixed chunking
 (``memory_budget``, ``max_rows``) and may otherwise differ where two scores are within an ulp.
 
-Memory is bounded by ``memory_budget`` (bytes, per chunk of rows), independent of the number of
-queries: about ``rows * (12 * Ng + 250 * P)`` bytes, P the largest relevant set in the chunk.
+Memory is bounded by ``memory_budget`` (bytes, for the chunks in flight), independent of the number
+of queries: about ``rows * (8 * Ng + 250 * P)`` bytes, P the largest relevant set in the chunk
+(the full-list path: half the budget for the chunk's scores at 4 * Ng per row, half for its
+per-item arrays). On
+CPU each worker thread keeps its score buffers (:func:`scratch`) from one chunk to the next, for
+the duration of one call.
 """
 
 from __future__ import annotations
@@ -437,14 +442,15 @@ def _check_tree(qcodes: np.ndarray, gcodes: np.ndarray) -> None:
 # ----------------------------------------------------------------------------- chunks
 
 
-def _chunk_rows(rows: np.ndarray, rel_size: np.ndarray, m: int, memory_budget: int, max_rows: int):
-    """Consecutive slices of ``rows`` as large as the memory budget allows."""
+def _chunk_rows(rows: np.ndarray, rel_size: np.ndarray, row_bytes: int, memory_budget: int, max_rows: int):
+    """Consecutive slices of ``rows`` as large as the memory budget allows: ``row_bytes`` per row
+    (its scores) plus ~250 bytes per relevant item (the per-item arrays of the rank computations)."""
     i, n = 0, len(rows)
     while i < n:
         j, pmax = i, 0
         while j < n and j - i < max_rows:
             p = max(pmax, int(rel_size[rows[j]]))
-            if j > i and (j - i + 1) * (12 * m + 250 * p) > memory_budget:
+            if j > i and (j - i + 1) * (row_bytes + 250 * p) > memory_budget:
                 break
             pmax, j = p, j + 1
         yield rows[i:j]
@@ -460,16 +466,17 @@ def _exclude(s: torch.Tensor, index: "LabelIndex", chunk: np.ndarray, col0: int 
         s[r, torch.from_numpy(ex[has]).to(s.device)] = -math.inf
 
 
-def for_chunks(device: torch.device, rows: np.ndarray, rel_size: np.ndarray, m: int, memory_budget: int,
+def for_chunks(device: torch.device, rows: np.ndarray, rel_size: np.ndarray, row_bytes: int, memory_budget: int,
                max_rows: int, fn) -> None:
-    """Call ``fn(chunk)`` on consecutive chunks of ``rows`` sized by the memory budget.
+    """Call ``fn(chunk)`` on consecutive chunks of ``rows`` sized by the memory budget (see
+    :func:`_chunk_rows`).
 
     On CPU the chunks run concurrently on one worker thread per torch thread, with torch itself
     single-threaded: each worker does its own matrix product and per-row work, so no OpenMP thread
     spins idle between a product and the numpy work that follows (which, on a shared machine, cost
     more than the product itself). On CUDA the chunks run one after the other."""
     if device.type != "cpu":
-        for chunk in _chunk_rows(rows, rel_size, m, memory_budget, max_rows):
+        for chunk in _chunk_rows(rows, rel_size, row_bytes, memory_budget, max_rows):
             fn(chunk)
         return
     buffers: dict = {}  # worker thread -> its score buffer, reused chunk after chunk
@@ -484,7 +491,7 @@ def for_chunks(device: torch.device, rows: np.ndarray, rel_size: np.ndarray, m: 
     with post_processing(device) as pp:
         workers = pp.workers
         per = max(1, min(max_rows, -(-len(rows) // workers)))
-        chunks = list(_chunk_rows(rows, rel_size, m, memory_budget // workers, per))
+        chunks = list(_chunk_rows(rows, rel_size, row_bytes, memory_budget // workers, per))
         run_parallel([lambda ch=ch: task(ch) for ch in chunks], in_flight=workers)
 
 
