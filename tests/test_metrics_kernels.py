@@ -93,6 +93,32 @@ def test_large_buckets_are_sorted_once():
         assert after[r, :k].tolist() == [int((s[r, j + 1 :] == s[r, j]).sum()) for j in cols[r, :k]]
 
 
+@pytest.mark.parametrize("op", ["gt", "eq"])
+def test_compiled_count_cmp_equals_numpy(op):
+    # the counting path's comparison passes: compiled kernel vs the numpy fallback, whole rows and
+    # selected (repeated) rows, on data with exact ties and the excluded item at -inf
+    import torch
+
+    from rankrepro.metrics import cpu_kernels
+    from rankrepro.metrics.ranking import count_cmp
+
+    rng = np.random.default_rng(11)
+    s = torch.from_numpy(np.round(rng.standard_normal((9, 300)) * 3).astype(np.float32))
+    s[:, 5] = -np.inf
+    t = s[:, 7].clone()
+    rows = torch.tensor([4, 0, 4, 8])
+    got = [count_cmp(s, t, op), count_cmp(s, t[:4], op, rows=rows)]
+    prev = cpu_kernels.set_enabled(False)
+    try:
+        ref = [count_cmp(s, t, op), count_cmp(s, t[:4], op, rows=rows)]
+    finally:
+        cpu_kernels.set_enabled(prev)
+    for a, b in zip(got, ref):
+        assert torch.equal(a, b)
+    cmp = np.greater if op == "gt" else np.equal
+    assert got[0].tolist() == cmp(s.numpy(), t.numpy()[:, None]).sum(1).tolist()
+
+
 @pytest.mark.parametrize("ties", [None, "index", "pessimistic", "average"])
 @pytest.mark.parametrize("tied", [False, True])
 def test_compiled_metrics_equal_the_torch_code(ties, tied):

@@ -18,7 +18,7 @@ import numba
 import numpy as np
 import torch
 
-__all__ = ["enabled", "set_enabled", "applies", "arrays", "count_block", "rank_relevant", "ap", "hap", "asi", "ndcg"]
+__all__ = ["enabled", "set_enabled", "applies", "arrays", "count_cmp", "rank_relevant", "ap", "hap", "asi", "ndcg"]
 
 _ENABLED = True
 
@@ -46,20 +46,19 @@ def set_enabled(flag: bool) -> bool:
 
 
 @numba.njit(nogil=True, cache=True)
-def count_block(s, t, gt, eq, want_eq):  # pragma: no cover - compiled
-    """Add to gt[r] (and eq[r] when ``want_eq``) the entries of s[r] that are > (==) t[r]."""
-    for r in range(s.shape[0]):
-        row = s[r]
-        x = t[r]
-        g = 0
-        for j in range(row.shape[0]):
-            g += row[j] > x
-        gt[r] += g
-        if want_eq:
-            e = 0
+def count_cmp(s, rows, t, lo, hi, equal, out):  # pragma: no cover - compiled
+    """For i in [lo, hi): out[i] = the entries of s[rows[i]] that are > t[i] (== t[i] if ``equal``)."""
+    for i in range(lo, hi):
+        row = s[rows[i]]
+        x = t[i]
+        n = 0
+        if equal:
             for j in range(row.shape[0]):
-                e += row[j] == x
-            eq[r] += e
+                n += row[j] == x
+        else:
+            for j in range(row.shape[0]):
+                n += row[j] > x
+        out[i] = n
 
 
 @numba.njit(nogil=True, cache=True, inline="always")

@@ -233,8 +233,16 @@ def count_cmp(s: torch.Tensor, t: torch.Tensor, op: str, rows: torch.Tensor | No
     cmp = np.greater if op == "gt" else np.equal
     # blocks of ~2M comparisons stay in cache; at least one block per worker thread
     step = max(1, min((1 << 21) // max(1, a.shape[1]), -(-n // _threads())))
+    compiled = cpu_kernels.applies(s)  # one pass, no temporaries: ~9x faster than compare + reduce
+    if compiled:
+        a = np.ascontiguousarray(a)
+        rr_all = np.arange(n, dtype=np.int64) if rr is None else np.ascontiguousarray(rr, np.int64)
+        tt = np.ascontiguousarray(tt)
 
     def work(lo, hi):
+        if compiled:
+            cpu_kernels.count_cmp(a, rr_all, tt, lo, hi, op == "eq", out)
+            return
         for i in range(lo, hi, step):
             j = min(hi, i + step)
             block = a[i:j] if rr is None else a[rr[i:j]]
@@ -393,15 +401,17 @@ class LabelIndex:
         return cache[key]
 
     def by_index(self, c: int):
-        """``(cols, start, stop)``: the gallery sorted by (column-c label, index), and for query i
-        the range ``cols[start[i]:stop[i]]`` of the items sharing its column-c label (cached)."""
+        """``(cols, start, stop, codes)``: the gallery sorted by (column-c label, index), for query i
+        the range ``cols[start[i]:stop[i]]`` of the items sharing its column-c label, and the
+        gallery's label columns 0..c (contiguous) (cached)."""
         cache = self.__dict__.setdefault("_by_index", {})
         if c not in cache:
             cols = np.argsort(self.gcodes[:, c], kind="stable")
             codes = self.gcodes[cols, c]
             start = np.searchsorted(codes, self.qcodes[:, c], "left")
             stop = np.searchsorted(codes, self.qcodes[:, c], "right")
-            cache[c] = (cols.astype(np.int64), start.astype(np.int64), stop.astype(np.int64))
+            cache[c] = (cols.astype(np.int64), start.astype(np.int64), stop.astype(np.int64),
+                        np.ascontiguousarray(self.gcodes[:, : c + 1]))
         return cache[c]
 
     def n_relevant(self, c: int) -> np.ndarray:
@@ -585,10 +595,6 @@ def counted_chunk(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex,
     e0 = torch.zeros(len(chunk), dtype=torch.int64, device=dev) if want_eq else None
     b = len(chunk)
     buf = scratch("blocks", b * m, dev)  # each block contiguous: products into strided views are slow
-    compiled = cpu_kernels.applies(buf)
-    if compiled:
-        t_np, g_np = t0.numpy(), g0.numpy()
-        e_np = e0.numpy() if e0 is not None else g_np
     blocks = []
     for c0 in range(0, m, block_cols):
         c1 = min(m, c0 + block_cols)
@@ -598,12 +604,9 @@ def counted_chunk(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex,
         if bool(inside.any()):  # the positives' own scores, exactly as compared below
             blk[:, uniq[inside] - c0] = s_u[:, inside]
         _exclude(blk, index, chunk, c0)
-        if compiled:
-            cpu_kernels.count_block(blk.numpy(), t_np, g_np, e_np, e0 is not None)
-        else:
-            g0 += (blk > t0[:, None]).sum(1)
-            if e0 is not None:
-                e0 += (blk == t0[:, None]).sum(1)
+        g0 += count_cmp(blk, t0, "gt")
+        if e0 is not None:
+            e0 += count_cmp(blk, t0, "eq")
         blocks.append(blk)
     return BlockScores(blocks), (cols, vals, depth, g0, e0)
 
@@ -617,14 +620,14 @@ def rank_relevant(s: np.ndarray, index: "LabelIndex", rows: np.ndarray, c_rel: i
     the items with -inf, Ng, 0, BIG, BIG, 0; ``after``: the entries scoring the same as the item
     with a larger gallery index. Exact, without sorting the rows: see
     :func:`rankrepro.metrics.cpu_kernels.rank_relevant`."""
-    blk_cols, start, stop = index.by_index(c_rel)
+    blk_cols, start, stop, gcodes = index.by_index(c_rel)
     a, b_ = start[rows], stop[rows]
     p = max(1, int((b_ - a).max(initial=0)))
     n = len(rows)
     vals = np.empty((n, p), np.float32)
     cols, depth, gt, ge, after = (np.empty((n, p), np.int64) for _ in range(5))
     cpu_kernels.rank_relevant(np.ascontiguousarray(s, np.float32), blk_cols, a, b_,
-                              np.ascontiguousarray(index.gcodes[:, : c_rel + 1]),
+                              gcodes,
                               np.ascontiguousarray(index.qcodes[rows, : c_rel + 1]), index.excl[rows], BIG,
                               vals, cols, depth, gt, ge, after)
     return vals, cols, depth, gt, ge, after
