@@ -36,3 +36,40 @@ def uneven_labels(seed, sizes=(1, 2, 3, 5, 4, 7, 2)):
 def close(a, b, atol=1e-5):
     """``assert_close`` of two tensors (or numbers) in float64 with ``atol`` and rtol 1e-4."""
     torch.testing.assert_close(torch.as_tensor(a).double(), torch.as_tensor(b).double(), atol=atol, rtol=1e-4)
+
+
+def peak_bytes(fn) -> tuple[int, object]:
+    """Run ``fn()`` and return (peak bytes of the tensors it allocated alive at once, its result).
+
+    On CPU, where torch keeps no allocator statistics: a dispatch mode adds each op's new output
+    storages to a running total and takes them off when their tensor is collected (a view that
+    outlives its base is undercounted; fine for "nothing cubic" bounds)."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    live: dict = {}
+    state = {"cur": 0, "peak": 0}
+
+    def free(key, n):
+        if live.pop(key, None) is not None:
+            state["cur"] -= n
+
+    class Track(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    st = t.untyped_storage()
+                    key, n = st.data_ptr(), st.nbytes()
+                    if n and key not in live:
+                        live[key] = n
+                        state["cur"] += n
+                        state["peak"] = max(state["peak"], state["cur"])
+                        weakref.finalize(t, free, key, n)
+            return out
+
+    with Track():
+        result = fn()
+    return state["peak"], result

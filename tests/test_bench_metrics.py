@@ -33,3 +33,16 @@ def test_bench_data_shapes():
     # tree: each fine class has a single super-class
     pairs = {tuple(p) for p in labels.tolist()}
     assert len(pairs) == 900
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_bench_tiny_on_cuda(tmp_path):
+    rows = bench.run(tmp_path, shapes=[("tiny", 1200, 200, 4)], dim=16, isolate=False, repeats=1, device="cuda")
+    text = (tmp_path / "metrics-cuda.md").read_text()
+    assert "on the GPU" in text and "identical (to 1e-12)" in text  # ours on the GPU == PML's CustomKNN there
+    assert all(r["seconds"] > 0 and r["peak_mib"] > 0 for r in rows)
+    cpu = {r["stage"]: r["values"] for r in bench.run(tmp_path / "cpu", shapes=[("tiny", 1200, 200, 4)], dim=16,
+                                                        isolate=False, repeats=1, stages=("ours-ranked", "ours-full"))}
+    for r in rows:
+        if r["stage"] in cpu:
+            assert r["values"] == pytest.approx(cpu[r["stage"]], abs=1e-4)

@@ -91,7 +91,8 @@ def cmd_track(args) -> None:
 def cmd_bench(args) -> None:
     import importlib
 
-    importlib.import_module(f"rankrepro.bench.{args.what}").main(args.out)
+    kwargs = {"device": args.device} if args.device else {}
+    importlib.import_module(f"rankrepro.bench.{args.what}").main(args.out, **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmarks that write results/bench/<what>.md")
     p.add_argument("what", choices=["losses", "metrics"])
     p.add_argument("--out", default="results/bench")
+    p.add_argument("--device", help="cpu or cuda (metrics: default cpu, writes metrics-cuda.md on cuda; "
+                   "losses: default every device present)")
     p.set_defaults(func=cmd_bench)
     return parser
 

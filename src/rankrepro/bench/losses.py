@@ -270,7 +270,7 @@ def _markdown(rows, cfg) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(out_dir="results/bench") -> None:
-    rows = run(out_dir)
+def main(out_dir="results/bench", device: str | None = None) -> None:
+    rows = run(out_dir, devices=[device] if device else None)
     done = sum(r.ms is not None for r in rows)
     print(f"wrote {Path(out_dir) / 'losses.md'} and losses.csv ({done}/{len(rows)} measurements)")

@@ -14,6 +14,10 @@ included):
 
 Targets: (b) <= 1.1x the floor, (d) <= 2x the floor in < 4 GB. Times are wall-clock seconds on
 whatever machine runs it; the table records the CPU count, torch threads and load average.
+
+``--device cuda`` runs the same stages with the embeddings on the GPU (``metrics-cuda.md``): times
+are taken after ``torch.cuda.synchronize()``, memory is the GPU's peak allocation, and (c) uses
+PML's ``CustomKNN`` (a batched dot product and ``topk`` on the GPU) instead of CPU faiss.
 """
 
 from __future__ import annotations
@@ -61,9 +65,7 @@ def make_data(n: int, n_classes: int, n_super: int, dim: int, seed: int = 0):
 
 
 def _pml(x: torch.Tensor, labels: np.ndarray) -> dict:
-    import faiss
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
-    from pytorch_metric_learning.utils.inference import FaissKNN
 
     class WithRecall(AccuracyCalculator):
         """AccuracyCalculator plus R@k = any positive in the top k (as ROADMAP's CustomCalculator)."""
@@ -87,36 +89,65 @@ def _pml(x: torch.Tensor, labels: np.ndarray) -> dict:
 
     y = torch.from_numpy(labels[:, 0])
     k = int(min(len(y) - 1, max(1000, np.bincount(labels[:, 0]).max())))  # >= PML's max bin count
+    if x.is_cuda:  # a batched dot product + topk on the GPU (faiss here is the CPU build)
+        from pytorch_metric_learning.distances import DotProductSimilarity
+        from pytorch_metric_learning.utils.inference import CustomKNN
+
+        knn_func = CustomKNN(DotProductSimilarity(normalize_embeddings=False), batch_size=CHUNK)
+    else:
+        import faiss
+        from pytorch_metric_learning.utils.inference import FaissKNN
+
+        knn_func = FaissKNN(index_init_fn=faiss.IndexFlatIP)
     ac = WithRecall(include=("precision_at_1", "mean_average_precision_at_r", "recall_at_10", "recall_at_100",
-                             "recall_at_1000"), k=k, device=torch.device("cpu"),
-                    knn_func=FaissKNN(index_init_fn=faiss.IndexFlatIP))
+                             "recall_at_1000"), k=k, device=x.device, knn_func=knn_func)
     r = ac.get_accuracy(x, y)
     return {"R@1": r["precision_at_1"], "R@10": r["recall_at_10"], "R@100": r["recall_at_100"],
             "R@1000": r["recall_at_1000"], "mAP@R": r["mean_average_precision_at_r"]}
 
 
-def _stage(stage: str, n: int, n_classes: int, n_super: int, dim: int, threads: int | None) -> dict:
-    """Run one stage on freshly generated data; returns seconds, values and peak RSS (MiB)."""
+def _stage(stage: str, n: int, n_classes: int, n_super: int, dim: int, threads: int | None,
+           device: str = "cpu") -> dict:
+    """Run one stage on freshly generated data; returns seconds, values and peak memory (MiB: the
+    process's max RSS on CPU, the GPU's peak allocation on CUDA)."""
     if threads:
         torch.set_num_threads(threads)
     x, labels = make_data(n, n_classes, n_super, dim)
-    start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        x = x.to(device)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        (x[:CHUNK] @ x[:4096].T).sum().item()  # CUDA context and cuBLAS handle outside the timing
+
+    def peak() -> float:
+        if cuda:
+            torch.cuda.synchronize()
+            return torch.cuda.max_memory_allocated() / 2**20
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+    def now() -> float:
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    start_rss = peak()
     load0 = os.getloadavg()[0]
     cpu0 = _cpu()
-    t0 = time.perf_counter()
+    t0 = now()
     values: dict = {}
     if stage == "floor":  # the faster of two plain chunkings: query rows x whole gallery, or blocks
         for a in range(0, n, CHUNK):
             s = x[a : a + CHUNK] @ x.T
-        t_rows, c_rows = time.perf_counter() - t0, _cpu() - cpu0
-        t1, cpu1 = time.perf_counter(), _cpu()
+        t_rows, c_rows = now() - t0, _cpu() - cpu0
+        t1, cpu1 = now(), _cpu()
         for a in range(0, n, CHUNK):
             q = x[a : a + CHUNK]
             for c in range(0, n, 4096):
                 s = q @ x[c : c + 4096].T
-        t_blocks, c_blocks = time.perf_counter() - t1, _cpu() - cpu1
+        t_blocks, c_blocks = now() - t1, _cpu() - cpu1
         del s
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        rss = peak()
         return {"stage": stage, "seconds": min(t_rows, t_blocks), "cpu": min(c_rows, c_blocks), "values": {},
                 "peak_mib": rss, "start_mib": start_rss, "load": (load0 + os.getloadavg()[0]) / 2,
                 "detail": f"rows {t_rows:.1f} s, blocks {t_blocks:.1f} s"}
@@ -132,9 +163,9 @@ def _stage(stage: str, n: int, n_classes: int, n_super: int, dim: int, threads: 
         values = compute(x, labels, metrics=list(FULL))
     else:  # pragma: no cover
         raise ValueError(stage)
-    seconds = time.perf_counter() - t0
+    seconds = now() - t0
     cpu = _cpu() - cpu0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    rss = peak()
     values = {k: float(v) for k, v in values.items() if k in RANKED + FULL}
     return {"stage": stage, "seconds": seconds, "cpu": cpu, "values": values, "peak_mib": rss,
             "start_mib": start_rss, "load": (load0 + os.getloadavg()[0]) / 2}
@@ -160,13 +191,15 @@ def _run_isolated(args, timeout: float | None):
 
 
 def run(out_dir, shapes=SHAPES, dim: int = 512, stages=STAGES, isolate: bool = True, threads: int | None = None,
-        pml_timeout: float | None = 1800.0, repeats: int = 2) -> list[dict]:
-    """Run the benchmark and write ``<out_dir>/metrics.md``; returns one row per (shape, stage).
+        pml_timeout: float | None = 1800.0, repeats: int = 2, device: str = "cpu") -> list[dict]:
+    """Run the benchmark and write ``<out_dir>/metrics.md`` (``metrics-cuda.md`` for ``device="cuda"``);
+    returns one row per (shape, stage).
 
     ``shapes``: (name, n, classes, super-classes[, repeats]) tuples; ``isolate``: one spawned
     process per stage (peak-memory numbers need it; tests turn it off); ``repeats`` (default for
     shapes that give none): the floor and ours-ranked (the 1.1x comparison) run alternately this
     many times and keep their best time."""
+    table = Path(out_dir) / ("metrics.md" if torch.device(device).type == "cpu" else f"metrics-{device}.md")
     rows = []
     for shape in shapes:
         name, n, n_classes, n_super = shape[:4]
@@ -175,7 +208,7 @@ def run(out_dir, shapes=SHAPES, dim: int = 512, stages=STAGES, isolate: bool = T
         order += [st for st in stages if st not in ("floor", "ours-ranked")]
         best: dict = {}
         for stage in order:
-            args = (stage, n, n_classes, n_super, dim, threads)
+            args = (stage, n, n_classes, n_super, dim, threads, device)
             if isolate:
                 r = _run_isolated(args, pml_timeout if stage == "pml" else None)
             else:
@@ -189,12 +222,12 @@ def run(out_dir, shapes=SHAPES, dim: int = 512, stages=STAGES, isolate: bool = T
                     r = {**prev, "peak_mib": r["peak_mib"], "runs": r["runs"]}
             best[stage] = r
             partial = [dict(best[st], shape=name, n=n, classes=n_classes) for st in stages if st in best]
-            write_table(rows + partial, Path(out_dir) / "metrics.md", dim=dim)  # progress survives a kill
+            write_table(rows + partial, table, dim=dim, device=device)  # progress survives a kill
         for stage in stages:
             r = best[stage]
             r.update(shape=name, n=n, classes=n_classes)
             rows.append(r)
-    write_table(rows, Path(out_dir) / "metrics.md", dim=dim)
+    write_table(rows, table, dim=dim, device=device)
     return rows
 
 
@@ -202,16 +235,23 @@ def _fmt(v, nd=4):
     return "—" if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{v:.{nd}f}"
 
 
-def write_table(rows: list[dict], path: Path, dim: int = 512) -> None:
+def write_table(rows: list[dict], path: Path, dim: int = 512, device: str = "cpu") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    if torch.device(device).type == "cuda":
+        where = (f"on the GPU ({torch.cuda.get_device_name(device)}, embeddings and scores in its memory; "
+                 "times after torch.cuda.synchronize()). 'peak MiB' is the GPU's peak allocation "
+                 "(torch.cuda.max_memory_allocated, the embeddings included); 'start MiB' the same just "
+                 "before the stage.")
+    else:
+        where = ("on the CPU. 'peak MiB' is the process's max RSS (Python, torch and the data included); "
+                 "'start MiB' the same just before the stage, so their difference is what the stage "
+                 "itself added.")
     lines = ["# Metric speed benchmark", "",
              f"Random unit embeddings (dim {dim}); machine: {platform.machine()}, {os.cpu_count()} CPU(s), "
              f"torch {torch.__version__} with {torch.get_num_threads()} thread(s), "
-             f"{'CUDA' if torch.cuda.is_available() else 'no CUDA'}. Each stage in a fresh process; "
+             f"{'CUDA' if torch.cuda.is_available() else 'no CUDA'}. Each stage in a fresh process, {where} "
              "'load' is the 1-minute load average during the stage (the machine may be shared: wall "
-             "times then vary by tens of percent; 'CPU s' — process CPU time, all threads — is steadier). "
-             "'peak MiB' is the process's max RSS (Python, torch and the data included); 'start MiB' the "
-             "same just before the stage, so their difference is what the stage itself added.", "",
+             "times then vary by tens of percent; 'CPU s' — process CPU time, all threads — is steadier).", "",
              "| shape | stage | seconds | × floor | CPU s | CPU × floor | peak MiB | start MiB | load | values |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     floors = {r["shape"]: r for r in rows if r["stage"] == "floor"}
@@ -245,5 +285,5 @@ def write_table(rows: list[dict], path: Path, dim: int = 512) -> None:
     os.replace(tmp, path)
 
 
-def main(out_dir="results/bench") -> None:
-    run(out_dir)
+def main(out_dir="results/bench", device: str = "cpu") -> None:
+    run(out_dir, device=device)

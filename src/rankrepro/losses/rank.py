@@ -35,8 +35,10 @@ hierarchical relevances it is the H-rank+ of eq. 18). The step surrogate is plug
 
 Memory: only relevant items need a rank, so each query's relevant items are gathered
 (padded to the largest count P) and a [b, P, N] difference tensor is built for a block
-of b queries at a time (b * P * N <= ``max_elements``), never B x N x N for all queries
-at once. The rank is a custom autograd function with the analytic derivative of the
+of b queries at a time, never B x N x N for all queries at once. ``max_elements`` bounds
+the block's temporaries together: the SupRank step's forward or backward holds up to
+``BLOCK_TEMPORARIES`` (8) [b, P, N] float tensors at once (the difference, masks, the
+sigmoid and linear branches, their selection), so b * P * N <= max_elements / 8. The rank is a custom autograd function with the analytic derivative of the
 step: the backward recomputes each block from the [Q, N] scores, so nothing of size
 [Q, P, N] is kept for backward either (and it is faster than autograd through a
 checkpointed block). For binary labels under m-per-class sampling P = m (4), so one
@@ -74,10 +76,12 @@ __all__ = [
     "ndcg_head",
     "ideal_dcg",
     "DEFAULT_MAX_ELEMENTS",
+    "BLOCK_TEMPORARIES",
 ]
 
 STEP_FIXES = ("post_pr13", "pre_pr13")
-DEFAULT_MAX_ELEMENTS = 1 << 21  # elements of one [b, P, N] block (8 MiB in float32)
+DEFAULT_MAX_ELEMENTS = 1 << 21  # elements of a block's temporaries together (8 MiB in float32)
+BLOCK_TEMPORARIES = 8  # [b, P, N] temporaries alive at once in a block (SupRank step, forward or backward)
 
 
 def heaviside(t: torch.Tensor) -> torch.Tensor:
@@ -312,7 +316,8 @@ def relevant_ranks(
             defaults to ``level``. Must be 0 where level is 0.
         list_mask: [Q, N] bool, the items that are in each query's list (default all).
         need_rank_plus: compute rank+ (only the AP heads need it).
-        chunk_size: queries per block; default: as many as fit ``max_elements``.
+        chunk_size: queries per block; default: as many as keep the block's temporaries
+            (``BLOCK_TEMPORARIES`` [b, P, N] tensors) within ``max_elements``.
 
     The gradient flows into ``scores`` only (relevances are constants).
     """
@@ -336,7 +341,7 @@ def relevant_ranks(
     s_pos = torch.where(valid, scores.gather(1, idx), torch.zeros((), dtype=scores.dtype, device=scores.device))
     lvl_pos, rel_pos = level.gather(1, idx) * valid, rel.gather(1, idx) * valid
     if chunk_size is None:
-        chunk_size = max(1, max_elements // (p * max(n, 1)))
+        chunk_size = max(1, max_elements // (BLOCK_TEMPORARIES * p * max(n, 1)))
     rank, rank_plus = _RankFn.apply(scores, s_pos, level, rel, lvl_pos, rel_pos, step, bool(need_rank_plus),
                                     int(chunk_size))
     rank = torch.where(valid, rank, torch.ones_like(rank))
