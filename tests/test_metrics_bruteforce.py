@@ -208,14 +208,17 @@ def test_exclude_any_item():
         assert got[name] == pytest.approx(ref[name], abs=1e-12), name
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("iters", [2, None])
 @pytest.mark.parametrize("tied", [False, True])
-def test_counting_path_many_positives(iters, tied, monkeypatch):
+def test_counting_path_many_positives(iters, tied, compiled, monkeypatch):
     # clustered embeddings: the positives fill the top of every list, so the counting path needs
-    # one pass per positive; past the limit it takes each row's top-(cutoff + 1) scores instead
-    # (a partial sort); results must not change, with or without exact ties
-    from rankrepro.metrics import ranking
+    # one pass per positive; past the limit it ranks all of the row's positives at once instead
+    # (compiled: the full-list kernel; torch: the row's top-(cutoff + 1) scores, a partial sort);
+    # results must not change, with or without exact ties
+    from rankrepro.metrics import cpu_kernels, ranking
 
+    monkeypatch.setattr(cpu_kernels, "_ENABLED", compiled and cpu_kernels._ENABLED)
     if iters is not None:
         monkeypatch.setattr(ranking, "_COUNT_ITERS", iters)
     rng = np.random.default_rng(5)

@@ -14,7 +14,21 @@ import zlib
 import numpy as np
 import pytest
 
-from rankrepro.metrics.ranking import BIG, LabelIndex, rank_relevant
+import torch
+
+from rankrepro.metrics import cpu_kernels
+from rankrepro.metrics.ranking import BIG, LabelIndex, rank_relevant, sort_path
+
+
+def _torch_path(s, index, rows, c_rel):
+    """The same tuple from ``sort_path``'s torch code (the CUDA path, run on CPU)."""
+    prev = cpu_kernels.set_enabled(False)
+    try:
+        r = sort_path(torch.from_numpy(s), index, rows, c_rel)
+    finally:
+        cpu_kernels.set_enabled(prev)
+    after = torch.where(r.depth > 0, r.rank_index - r.gt - 1, torch.zeros_like(r.gt))
+    return tuple(x.numpy() for x in (r.vals, r.cols, r.depth, r.gt, r.ge, after))
 
 
 def _rows(kind: str, rng, b: int, m: int) -> np.ndarray:
@@ -41,8 +55,9 @@ def _rows(kind: str, rng, b: int, m: int) -> np.ndarray:
     raise ValueError(kind)
 
 
+@pytest.mark.parametrize("path", ["compiled", "torch"])
 @pytest.mark.parametrize("kind", ["normal", "integers", "zeros", "tiny", "outlier", "crowded"])
-def test_counts_and_order_match_brute_force(kind):
+def test_counts_and_order_match_brute_force(kind, path):
     rng = np.random.default_rng(zlib.crc32(kind.encode()))
     for trial in range(40):
         m = int(rng.integers(1, 400))
@@ -57,7 +72,8 @@ def test_counts_and_order_match_brute_force(kind):
         s = _rows(kind, rng, len(rows), m)
         s[excl[rows] >= 0, excl[rows][excl[rows] >= 0]] = -np.inf  # the excluded item
         c_rel = int(rng.integers(0, 3))
-        vals, cols, depth, gt, ge, after = rank_relevant(s, index, rows, c_rel)
+        ranks = rank_relevant if path == "compiled" else _torch_path
+        vals, cols, depth, gt, ge, after = ranks(s, index, rows, c_rel)
         for r, q in enumerate(rows):
             rel = [j for j in range(m) if lab[j, c_rel] == qlab[q, c_rel] and j != excl[q]]
             k = len(rel)

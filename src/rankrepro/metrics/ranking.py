@@ -42,7 +42,8 @@ Two ways to get the ranks
       (:func:`rank_relevant`): the relevant items are radix-sorted, the row's entries grouped into
       buckets over their score range (a counting sort), and each item's counts are the entries of
       the higher buckets plus a few comparisons in its own: no sort of the row. On CUDA (or with
-      the compiled kernels switched off): ``torch.sort`` of each row and ``searchsorted``.
+      the compiled kernels switched off): one stable ``torch.sort`` of each reversed row, so an
+      item's position is its index-convention rank, and ``searchsorted`` for ``gt``/``ge``.
     * *counting path* (ranked-list metrics only: R@k, P@k, TR@k, mAP@R, RP, mAP@k, MRR): the rank
       of a positive is ``1 + #{items with a larger score}``, one comparison pass over the row.
       The positives' own scores are computed first (a small product on their columns); the chunk's
@@ -94,7 +95,6 @@ __all__ = [
     "counted_chunk",
     "sort_path",
     "count_path",
-    "count_at_least",
 ]
 
 TIES = ("index", "pessimistic", "average")
@@ -188,34 +188,6 @@ def _parallel_rows(fn, n: int, min_rows: int = 4) -> None:
 
 
 # ----------------------------------------------------------------------------- primitives
-
-
-def count_at_least(s: torch.Tensor, vals: torch.Tensor):
-    """``(ge, gt)`` [b, P]: per row, the numbers of entries of ``s`` [b, M] that are >= and > each
-    value of ``vals`` [b, P] (entries of the same row, sorted in decreasing order per row; -inf =
-    padding, counts BIG).
-
-    Each row is sorted once (``torch.sort``) and the values are binary-searched; runs of equal
-    scores (rare) are walked. The torch path of :func:`sort_path` (CUDA)."""
-    m = s.shape[1]
-    srt = torch.sort(s, dim=1).values
-    lo = torch.searchsorted(srt, vals.contiguous(), right=False)
-    pad = torch.isinf(vals)
-    # each value is itself an entry of its row, so #{> v} = #{>= v} - 1 unless other entries equal
-    # v: those runs (rare) are walked from the found position
-    gt = (m - 1) - lo
-    nxt = srt.gather(1, (lo + 1).clamp_(max=m - 1))
-    r, p = ((nxt == vals) & (lo + 1 < m) & ~pad).nonzero(as_tuple=True)
-    if len(r):
-        hi = lo[r, p] + 1
-        v = vals[r, p]
-        run = torch.ones_like(hi, dtype=torch.bool)
-        while bool(run.any()):
-            run &= hi < m
-            run &= srt[r, hi.clamp(max=m - 1)] == v
-            hi += run.to(hi.dtype)
-        gt[r, p] = m - hi
-    return (m - lo).masked_fill_(pad, BIG), gt.masked_fill_(pad, BIG)
 
 
 def count_cmp(s: torch.Tensor, t: torch.Tensor, op: str, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -455,14 +427,13 @@ def _check_tree(qcodes: np.ndarray, gcodes: np.ndarray) -> None:
 def _chunk_rows(rows: np.ndarray, rel_size: np.ndarray, row_bytes: int, memory_budget: int, max_rows: int):
     """Consecutive slices of ``rows`` as large as the memory budget allows: ``row_bytes`` per row
     (its scores) plus ~250 bytes per relevant item (the per-item arrays of the rank computations)."""
+    sizes = np.asarray(rel_size)[rows].astype(np.int64)
     i, n = 0, len(rows)
     while i < n:
-        j, pmax = i, 0
-        while j < n and j - i < max_rows:
-            p = max(pmax, int(rel_size[rows[j]]))
-            if j > i and (j - i + 1) * (row_bytes + 250 * p) > memory_budget:
-                break
-            pmax, j = p, j + 1
+        seg = sizes[i : i + max_rows]
+        need = np.arange(1, len(seg) + 1) * (row_bytes + 250 * np.maximum.accumulate(seg))
+        over = np.flatnonzero(need > memory_budget)
+        j = i + (max(1, int(over[0])) if len(over) else len(seg))
         yield rows[i:j]
         i = j
 
@@ -575,6 +546,8 @@ def counted_chunk(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex,
     cache (on CPU by a compiled pass, no temporaries)."""
     m = gallery.shape[0]
     dev = query.device
+    if dev.type != "cpu":  # on a GPU one product for the whole row beats many small ones
+        block_cols = m
     q = query[torch.from_numpy(chunk).to(dev)]
     cols, valid, depth = _relevant_cols(index, chunk, c, dev)
     # the chunk's positives lie in one range of the label-sorted gallery order
@@ -715,38 +688,60 @@ def _relevant_cols(index: LabelIndex, rows: np.ndarray, c_rel: int, dev):
     return cols, valid, depth
 
 
-def _index_ties(s: torch.Tensor, r: np.ndarray, vals: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """For items (row r, score v, column c): #{j > c : s[r, j] == v} (tie-break of the index order)."""
-    out = np.zeros(len(r), np.int64)
-    sn = s.cpu().numpy() if s.device.type != "cpu" else s.numpy()
-    for i, (ri, v, c) in enumerate(zip(r, vals, cols)):
-        out[i] = np.count_nonzero(sn[ri, c + 1 :] == v)
+def _index_ties(s: torch.Tensor, r: torch.Tensor, vals: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """For items (row r, score v, column c): #{j > c : s[r, j] == v} (tie-break of the index order),
+    on the device of ``s``."""
+    if s.device.type == "cpu":
+        sn, rn, vn, cn = s.numpy(), r.numpy(), vals.numpy(), cols.numpy()
+        return torch.from_numpy(np.array([np.count_nonzero(sn[ri, c + 1 :] == v) for ri, v, c in zip(rn, vn, cn)],
+                                         np.int64))
+    m = s.shape[1]
+    out = torch.zeros(len(r), dtype=torch.int64, device=s.device)
+    step = max(1, (1 << 26) // max(m, 1))  # items per pass: bounded [k, M] temporaries
+    ar = torch.arange(m, device=s.device)
+    for a in range(0, len(r), step):
+        sl = slice(a, a + step)
+        eq = s[r[sl]] == vals[sl, None]
+        eq &= ar[None, :] > cols[sl, None]
+        out[sl] = eq.sum(1)
     return out
 
 
-def sort_path(s: torch.Tensor, index: LabelIndex, rows: np.ndarray, c_rel: int,
-              index_cutoff: np.ndarray) -> Ranked:
-    """Exact ranks of every item relevant at column ``c_rel`` (depths 1..c_rel+1) for a chunk.
+def _sorted_ranks(s: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, pad: torch.Tensor):
+    """The torch path of :func:`sort_path` (CUDA; CPU without the compiled kernels): each row sorted once, by decreasing score then
+    decreasing column (a stable sort of the reversed row), so an item's position is its exact
+    index-convention rank - 1; ``gt``/``ge`` by binary search in the sorted scores.
 
-    ``index_cutoff`` [b]: the index-convention rank is made exact for items with gt + 1 <= cutoff
-    (use a huge value for every item); beyond it ``rank_index`` may be the lower bound gt + 1 (on
-    CPU it is exact for every item)."""
+    Returns ``(pos, gt, ge)`` [b, P] for the items ``cols`` (scores ``vals``; ``pad``: padding)."""
+    b, m = s.shape
+    srt, idx = torch.sort(s.flip(1), dim=1, descending=True, stable=True)  # ties: reversed column order
+    pos_of = torch.empty((b, m), dtype=torch.int32, device=s.device)
+    pos_of.scatter_(1, idx, torch.arange(m, dtype=torch.int32, device=s.device).expand(b, m))
+    del idx
+    pos = pos_of.gather(1, (m - 1 - cols).clamp_(min=0)).to(torch.int64)  # column c is m-1-c reversed
+    del pos_of
+    neg = srt.neg_()  # increasing
+    v = vals.neg().contiguous()
+    gt = torch.searchsorted(neg, v, right=False)  # #{s > val}
+    ge = torch.searchsorted(neg, v, right=True)  # #{s >= val}
+    big = torch.full_like(gt, BIG)
+    return torch.where(pad, big, pos), torch.where(pad, big, gt), torch.where(pad, big, ge)
+
+
+def sort_path(s: torch.Tensor, index: LabelIndex, rows: np.ndarray, c_rel: int) -> Ranked:
+    """Exact ranks of every item relevant at column ``c_rel`` (depths 1..c_rel+1) for a chunk, in
+    every tie convention."""
     dev = s.device
     if cpu_kernels.applies(s):  # sort-free counting, index ties broken in the kernel (see rank_relevant)
         vals, cols, depth, gt, ge, after = map(torch.from_numpy, rank_relevant(s.numpy(), index, rows, c_rel))
         rank_index = after.add_(gt).add_(1)
-    else:
+    else:  # CUDA, or CPU without the compiled kernels: one stable sort per row
         cols, vals, depth = _relevant(s, index, rows, c_rel)
-        order = order_desc(vals, cols)
+        pos, gt, ge = _sorted_ranks(s, cols, vals, depth == 0)
+        order = torch.argsort(pos, dim=1)  # ranking order: padding (BIG) last
         cols, vals, depth = cols.gather(1, order), vals.gather(1, order), depth.gather(1, order)
-        ge, gt = count_at_least(s, vals)
-        rank_index = gt + 1
-        cut = torch.from_numpy(np.asarray(index_cutoff, np.int64)).to(dev)[:, None]
-        need = (depth > 0) & (ge - gt > 1) & (gt + 1 <= cut)
-        if bool(need.any()):
-            r, p = need.nonzero(as_tuple=True)
-            t = _index_ties(s, r.cpu().numpy(), vals[r, p].cpu().numpy(), cols[r, p].cpu().numpy())
-            rank_index[r, p] += torch.from_numpy(t).to(dev)
+        pos, gt, ge = pos.gather(1, order), gt.gather(1, order), ge.gather(1, order)
+        rank_index = torch.where(depth > 0, pos + 1, gt + 1)
     n = torch.from_numpy(index.depth_counts(c_rel)[rows]).to(dev)
     return Ranked(rows, depth, cols, vals, gt, ge, rank_index, n, c_rel + 1)
 
@@ -798,8 +793,16 @@ def count_path(s, index: LabelIndex, rows: np.ndarray, c: int, first_cutoff: np.
     local[mat] = torch.arange(len(mat), device=dev)
 
     def _sort_rows_ranks(sr: torch.Tensor, r: torch.Tensor) -> None:
-        """Ranks of every positive of rows r (scores ``sr``) that can be within the cutoff, from the
-        top k = cutoff + 1 scores of each row (a partial sort); the others get a lower bound > k."""
+        """Ranks of every positive of rows r (scores ``sr``) that can be within the cutoff. On CPU
+        the compiled full-list pass (:func:`rank_relevant`: exact ranks of all of them, no sort of
+        the row); else from the top k = cutoff + 1 scores of each row (a partial sort), the others
+        getting a lower bound > k."""
+        if cpu_kernels.applies(sr):
+            kv, kc, _, kgt, kge, kaf = rank_relevant(sr.numpy(), index, rows[r.numpy()], c)
+            p_ = kv.shape[1]  # same items, same order (decreasing score, then index) as vals[r]
+            gt[r, :p_], ge[r, :p_] = torch.from_numpy(kgt), torch.from_numpy(kge)
+            rank_index[r, :p_] = torch.from_numpy(kaf + kgt + 1)
+            return
         v = vals[r]
         okp = depth[r] > 0
         kk = int(min(m, int(c2[r].max()) + 1))
@@ -820,16 +823,14 @@ def count_path(s, index: LabelIndex, rows: np.ndarray, c: int, first_cutoff: np.
         tied = inside & (ge[r] - gt[r] > 1)
         if bool(tied.any()):
             a_, q_ = tied.nonzero(as_tuple=True)
-            tb = _index_ties(sr, a_.cpu().numpy(), v[a_, q_].cpu().numpy(), cols[r][a_, q_].cpu().numpy())
-            ri[a_, q_] += torch.from_numpy(tb).to(dev)
+            ri[a_, q_] += _index_ties(sr, a_, v[a_, q_], cols[r][a_, q_])
         rank_index[r] = ri
 
     def tie_break(r: torch.Tensor, p: int) -> None:
         lr = local[r]
         src = sub if bool((lr >= 0).all()) else s.rows(r)
         idx = lr if src is sub else torch.arange(len(r), device=dev)
-        tb = _index_ties(src, idx.cpu().numpy(), vals[r, p].cpu().numpy(), cols[r, p].cpu().numpy())
-        rank_index[r, p] += torch.from_numpy(tb).to(dev)
+        rank_index[r, p] += _index_ties(src, idx, vals[r, p], cols[r, p])
 
     def exact(r: torch.Tensor, p: int, g: torch.Tensor, e: torch.Tensor | None = None) -> None:
         """Set the p-th positive's ranks of rows r given g = #items above it (checks ties)."""

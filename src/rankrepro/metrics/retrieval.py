@@ -89,7 +89,7 @@ def retrieval_metrics(
     r_precision: bool = True,
     gallery=None,
     gallery_labels=None,
-    chunk_size: int = 512,
+    chunk_size: int | None = None,
     device=None,
 ) -> dict:
     """``R@k`` (k in ``recall_at``), ``mAP@R`` and ``RP`` at the finest level (column 0).
