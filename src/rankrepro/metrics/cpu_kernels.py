@@ -62,6 +62,45 @@ def count_cmp(s, rows, t, lo, hi, equal, out):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def _seg_count(seg, x, equal):  # pragma: no cover - compiled
+    """The entries of ``seg`` that are > x (== x if ``equal``)."""
+    n = 0
+    if equal:
+        for j in range(seg.shape[0]):
+            n += seg[j] == x
+    else:
+        for j in range(seg.shape[0]):
+            n += seg[j] > x
+    return n
+
+
+@numba.njit(nogil=True, cache=True)
+def count_cmp_blocked(flat, b, bc, rows, t, lo, hi, equal, out):  # pragma: no cover - compiled
+    """:func:`count_cmp` on scores kept as column blocks: ``flat`` holds the [b, w] blocks of
+    ``bc`` columns one after the other (block at column c0 starts at ``b * c0``). Block by block,
+    so memory is read in order (row by row across the blocks is 2x slower)."""
+    m = flat.shape[0] // b
+    for i in range(lo, hi):
+        out[i] = 0
+    for c0 in range(0, m, bc):
+        w = min(bc, m - c0)
+        for i in range(lo, hi):
+            base = b * c0 + rows[i] * w
+            out[i] += _seg_count(flat[base : base + w], t[i], equal)
+
+
+@numba.njit(nogil=True, cache=True)
+def _block_row(flat, b, bc, r, out):  # pragma: no cover - compiled
+    """Copy row r of the column-blocked scores ``flat`` (see :func:`count_cmp_blocked`) into ``out``."""
+    m = out.shape[0]
+    for c0 in range(0, m, bc):
+        w = min(bc, m - c0)
+        base = b * c0 + r * w
+        for j in range(w):
+            out[c0 + j] = flat[base + j]
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def _cell(x, lo, hi, scale, nb):  # pragma: no cover - compiled
     """Bucket of score x: 0 below ``lo``, ``nb + 1`` above ``hi``, 1..nb uniformly in between.
     A monotone function of x (float32 arithmetic), the same for row entries and relevant items."""
@@ -227,50 +266,69 @@ def rank_relevant(s, blk_cols, blk_start, blk_stop, gcodes, qcodes, excl, big, v
     about m/2 buckets (a monotone float32 function of the score), the row's entries are grouped by
     bucket (one counting-sort pass), and each item's counts are the entries of the higher buckets
     plus a few comparisons within its own bucket."""
-    b, m = s.shape
+    w = _work(s.shape[1], vals.shape[1])
+    for r in range(s.shape[0]):
+        _rank_row(s[r], r, w, blk_cols, blk_start, blk_stop, gcodes, qcodes, excl, big, vals, cols, depth, gt, ge,
+                  after)
+
+
+@numba.njit(nogil=True, cache=True)
+def rank_relevant_blocked(flat, b, bc, local, blk_cols, blk_start, blk_stop, gcodes, qcodes, excl, big, vals, cols,
+                          depth, gt, ge, after):  # pragma: no cover - compiled
+    """:func:`rank_relevant` for the rows ``local`` of column-blocked scores (see
+    :func:`count_cmp_blocked`): each row is copied out of its blocks into one buffer, then ranked
+    while in cache (output row i is for ``local[i]``; the label arguments are indexed by i)."""
+    m = flat.shape[0] // b
+    w = _work(m, vals.shape[1])
+    row = np.empty(m, np.float32)
+    for i in range(local.shape[0]):
+        _block_row(flat, b, bc, local[i], row)
+        _rank_row(row, i, w, blk_cols, blk_start, blk_stop, gcodes, qcodes, excl, big, vals, cols, depth, gt, ge,
+                  after)
+
+
+@numba.njit(nogil=True, cache=True)
+def _work(m, p):  # pragma: no cover - compiled
+    """Buffers of :func:`_rank_row` for rows of m entries with up to p relevant items."""
+    nb = max(1, m // 2)
+    return (np.empty(m, np.int32), np.empty(nb + 2, np.int32), np.empty(m, np.float32), np.empty(m, np.int32),
+            np.empty(m, np.float32), np.empty(m, np.int64), np.empty(p, np.float32), np.empty(p, np.int64),
+            np.empty(p, np.int64), np.empty(p, np.uint32), np.empty(p, np.int32), np.empty(p, np.int32),
+            np.empty(2048, np.int32), np.zeros(nb + 2, np.uint8), np.empty(nb + 2, np.int32))
+
+
+@numba.njit(nogil=True, cache=True)
+def _rank_row(row, r, w, blk_cols, blk_start, blk_stop, gcodes, qcodes, excl, big, vals, cols, depth, gt, ge,
+              after):  # pragma: no cover - compiled
+    """Output row r of :func:`rank_relevant` from the scores ``row`` [m] (buffers ``w``)."""
+    m = row.shape[0]
     p = vals.shape[1]
     nb = max(1, m // 2)
-    cell = np.empty(m, np.int32)
-    hist = np.empty(nb + 2, np.int32)
-    grouped = np.empty(m, np.float32)
-    gidx = np.empty(m, np.int32)
-    sorted_vals = np.empty(m, np.float32)
-    scratch = np.empty(m, np.int64)
-    rel_v = np.empty(p, np.float32)
-    rel_c = np.empty(p, np.int64)
-    rel_d = np.empty(p, np.int64)
-    key = np.empty(p, np.uint32)
-    ia = np.empty(p, np.int32)
-    ib = np.empty(p, np.int32)
-    radix = np.empty(2048, np.int32)
-    sorted_flag = np.zeros(nb + 2, np.uint8)
-    sorted_list = np.empty(nb + 2, np.int32)
-    ninf = np.float32(-np.inf)
-    for r in range(b):
-        row = s[r]
-        k = _gather(row, blk_cols, blk_start[r], blk_stop[r], excl[r], gcodes, qcodes[r], rel_v, rel_c, rel_d)
-        order = _order_desc(rel_v, k, key, ia, ib, radix)
-        for o in range(k):
-            i = order[o]
-            vals[r, o] = rel_v[i]
-            cols[r, o] = rel_c[i]
-            depth[r, o] = rel_d[i]
-        for o in range(k, p):
-            vals[r, o] = ninf
-            cols[r, o] = m
-            depth[r, o] = 0
-            gt[r, o] = big
-            ge[r, o] = big
-            after[r, o] = 0
-        if k == 0:
-            continue
-        lo = vals[r, k - 1]
-        hi = vals[r, 0]
-        width = np.float64(hi) - np.float64(lo)
-        scale = np.float32(min(nb / width, 1e30)) if width > 0 else np.float32(1.0)
-        _bucketize(row, lo, hi, scale, nb, cell, hist, grouped, gidx)
-        _count(vals[r], cols[r], k, grouped, gidx, sorted_vals, hist, lo, hi, scale, nb, gt[r], ge[r], after[r],
-               scratch, sorted_flag, sorted_list)
+    cell, hist, grouped, gidx, sorted_vals, scratch, rel_v, rel_c, rel_d, key, ia, ib, radix, sorted_flag, \
+        sorted_list = w
+    k = _gather(row, blk_cols, blk_start[r], blk_stop[r], excl[r], gcodes, qcodes[r], rel_v, rel_c, rel_d)
+    order = _order_desc(rel_v, k, key, ia, ib, radix)
+    for o in range(k):
+        i = order[o]
+        vals[r, o] = rel_v[i]
+        cols[r, o] = rel_c[i]
+        depth[r, o] = rel_d[i]
+    for o in range(k, p):
+        vals[r, o] = np.float32(-np.inf)
+        cols[r, o] = m
+        depth[r, o] = 0
+        gt[r, o] = big
+        ge[r, o] = big
+        after[r, o] = 0
+    if k == 0:
+        return
+    lo = vals[r, k - 1]
+    hi = vals[r, 0]
+    width = np.float64(hi) - np.float64(lo)
+    scale = np.float32(min(nb / width, 1e30)) if width > 0 else np.float32(1.0)
+    _bucketize(row, lo, hi, scale, nb, cell, hist, grouped, gidx)
+    _count(vals[r], cols[r], k, grouped, gidx, sorted_vals, hist, lo, hi, scale, nb, gt[r], ge[r], after[r],
+           scratch, sorted_flag, sorted_list)
 
 
 @numba.njit(nogil=True, cache=True)

@@ -193,7 +193,18 @@ def _parallel_rows(fn, n: int, min_rows: int = 4) -> None:
 def count_cmp(s: torch.Tensor, t: torch.Tensor, op: str, rows: torch.Tensor | None = None) -> torch.Tensor:
     """Per row, the number of entries of ``s`` [b, M] that are > (``op="gt"``) or == (``"eq"``) ``t``.
 
-    ``rows`` (optional): count only in these rows of ``s`` (``t`` then has one value per listed row)."""
+    ``rows`` (optional): count only in these rows of ``s`` (``t`` then has one value per listed row).
+    ``s`` may be a :class:`BlockScores` (on CPU read in place by the compiled kernel)."""
+    if isinstance(s, BlockScores):
+        if not s.compiled():
+            return count_cmp(s.full() if rows is None else s.rows(rows), t, op)
+        b = s.shape[0]
+        rr = np.arange(b, dtype=np.int64) if rows is None else np.ascontiguousarray(rows.numpy(), np.int64)
+        out = np.empty(len(rr), np.int64)
+        flat, tt = s.flat.numpy(), np.ascontiguousarray(t.numpy())
+        _parallel_rows(lambda lo, hi: cpu_kernels.count_cmp_blocked(flat, b, s.block_cols, rr, tt, lo, hi,
+                                                                    op == "eq", out), len(rr))
+        return torch.from_numpy(out)
     if s.device.type != "cpu":
         sub = s if rows is None else s[rows]
         c = (sub > t[:, None]) if op == "gt" else (sub == t[:, None])
@@ -514,13 +525,21 @@ def chunk_scores(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex, 
 class BlockScores:
     """A chunk's scores [b, M] kept as the column blocks the matrix product wrote (no copy).
 
-    ``rows(r)`` materialises the scores of a few rows; ``full()`` the whole matrix (cached)."""
+    ``rows(r)`` materialises the scores of a few rows; ``full()`` the whole matrix (cached). On CPU
+    the counting kernels read the blocks in place (:func:`count_cmp`, :func:`rank_relevant`)."""
 
-    def __init__(self, blocks: list):
+    def __init__(self, blocks: list, flat: torch.Tensor | None = None, block_cols: int = 0):
         self.blocks = blocks
         self.shape = (blocks[0].shape[0], sum(x.shape[1] for x in blocks))
         self.device = blocks[0].device
         self._full = None
+        # the blocks laid out one after the other in ``flat`` (block at column c0 from b * c0),
+        # each ``block_cols`` wide but the last: the compiled kernels read rows in place
+        self.flat, self.block_cols = flat, block_cols
+
+    def compiled(self) -> bool:
+        """Whether the compiled kernels can read these scores in place."""
+        return self.flat is not None and cpu_kernels.applies(self.flat)
 
     def rows(self, r: torch.Tensor) -> torch.Tensor:
         if self._full is not None:
@@ -581,28 +600,32 @@ def counted_chunk(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex,
         if e0 is not None:
             e0 += count_cmp(blk, t0, "eq")
         blocks.append(blk)
-    return BlockScores(blocks), (cols, vals, depth, g0, e0)
+    return BlockScores(blocks, buf[: b * m], block_cols), (cols, vals, depth, g0, e0)
 
 
 # ----------------------------------------------------------------------------- CPU ranks without a row sort
 
 
-def rank_relevant(s: np.ndarray, index: "LabelIndex", rows: np.ndarray, c_rel: int):
+def rank_relevant(s, index: "LabelIndex", rows: np.ndarray, c_rel: int, local: np.ndarray | None = None):
     """The items relevant at column ``c_rel`` of each row of ``s`` [b, Ng] (float32 scores of the
     queries ``rows``) in ranking order: ``(vals, cols, depth, gt, ge, after)`` [b, P], padded after
     the items with -inf, Ng, 0, BIG, BIG, 0; ``after``: the entries scoring the same as the item
     with a larger gallery index. Exact, without sorting the rows: see
-    :func:`rankrepro.metrics.cpu_kernels.rank_relevant`."""
+    :func:`rankrepro.metrics.cpu_kernels.rank_relevant`. ``s`` may also be a :class:`BlockScores`
+    read in place, its rows ``local`` being those of the queries ``rows``."""
     blk_cols, start, stop, gcodes = index.by_index(c_rel)
     a, b_ = start[rows], stop[rows]
     p = max(1, int((b_ - a).max(initial=0)))
     n = len(rows)
     vals = np.empty((n, p), np.float32)
     cols, depth, gt, ge, after = (np.empty((n, p), np.int64) for _ in range(5))
-    cpu_kernels.rank_relevant(np.ascontiguousarray(s, np.float32), blk_cols, a, b_,
-                              gcodes,
-                              np.ascontiguousarray(index.qcodes[rows, : c_rel + 1]), index.excl[rows], BIG,
-                              vals, cols, depth, gt, ge, after)
+    labels = (blk_cols, a, b_, gcodes, np.ascontiguousarray(index.qcodes[rows, : c_rel + 1]), index.excl[rows], BIG)
+    if isinstance(s, BlockScores):
+        cpu_kernels.rank_relevant_blocked(s.flat.numpy(), s.shape[0], s.block_cols,
+                                          np.ascontiguousarray(local, np.int64), *labels,
+                                          vals, cols, depth, gt, ge, after)
+    else:
+        cpu_kernels.rank_relevant(np.ascontiguousarray(s, np.float32), *labels, vals, cols, depth, gt, ge, after)
     return vals, cols, depth, gt, ge, after
 
 
@@ -788,21 +811,25 @@ def count_path(s, index: LabelIndex, rows: np.ndarray, c: int, first_cutoff: np.
     rc = (has & (g0 + 1 <= c1)).nonzero(as_tuple=True)[0]
     act = (npos > 1) & (g0 + 1 <= c2)
     mat = rc if e0 is None else act.nonzero(as_tuple=True)[0]
-    sub = s.rows(mat) if len(mat) else None
-    local = torch.full((b,), -1, dtype=torch.int64, device=dev)
-    local[mat] = torch.arange(len(mat), device=dev)
+    if s.compiled():  # the compiled kernels read the rows in place
+        sub, local = s, torch.arange(b)
+    else:
+        sub = s.rows(mat) if len(mat) else None
+        local = torch.full((b,), -1, dtype=torch.int64, device=dev)
+        local[mat] = torch.arange(len(mat), device=dev)
 
-    def _sort_rows_ranks(sr: torch.Tensor, r: torch.Tensor) -> None:
-        """Ranks of every positive of rows r (scores ``sr``) that can be within the cutoff. On CPU
-        the compiled full-list pass (:func:`rank_relevant`: exact ranks of all of them, no sort of
-        the row); else from the top k = cutoff + 1 scores of each row (a partial sort), the others
-        getting a lower bound > k."""
-        if cpu_kernels.applies(sr):
-            kv, kc, _, kgt, kge, kaf = rank_relevant(sr.numpy(), index, rows[r.numpy()], c)
+    def _sort_rows_ranks(r: torch.Tensor) -> None:
+        """Ranks of every positive of rows r that can be within the cutoff. On CPU the compiled
+        full-list pass (:func:`rank_relevant`: exact ranks of all of them, no sort of the row);
+        else from the top k = cutoff + 1 scores of each row (a partial sort), the others getting a
+        lower bound > k."""
+        if sub is s:
+            kv, kc, _, kgt, kge, kaf = rank_relevant(s, index, rows[r.numpy()], c, local=r.numpy())
             p_ = kv.shape[1]  # same items, same order (decreasing score, then index) as vals[r]
             gt[r, :p_], ge[r, :p_] = torch.from_numpy(kgt), torch.from_numpy(kge)
             rank_index[r, :p_] = torch.from_numpy(kaf + kgt + 1)
             return
+        sr = sub[local[r]]
         v = vals[r]
         okp = depth[r] > 0
         kk = int(min(m, int(c2[r].max()) + 1))
@@ -828,7 +855,7 @@ def count_path(s, index: LabelIndex, rows: np.ndarray, c: int, first_cutoff: np.
 
     def tie_break(r: torch.Tensor, p: int) -> None:
         lr = local[r]
-        src = sub if bool((lr >= 0).all()) else s.rows(r)
+        src = sub if sub is not s and bool((lr >= 0).all()) else s.rows(r)
         idx = lr if src is sub else torch.arange(len(r), device=dev)
         rank_index[r, p] += _index_ties(src, idx, vals[r, p], cols[r, p])
 
@@ -850,13 +877,13 @@ def count_path(s, index: LabelIndex, rows: np.ndarray, c: int, first_cutoff: np.
     p = 1 if not bool(many.any()) else None
     if p is None:
         rs = many.nonzero(as_tuple=True)[0]
-        _sort_rows_ranks(sub[local[rs]], rs)
+        _sort_rows_ranks(rs)
         active &= ~many
         p = 1
     while bool(active.any()):
         r = active.nonzero(as_tuple=True)[0]
         if p > _COUNT_ITERS:  # many positives within the cutoff: one partial sort beats more passes
-            _sort_rows_ranks(sub[local[r]], r)
+            _sort_rows_ranks(r)
             break
         g = count_cmp(sub, vals[r, p], "gt", rows=local[r].cpu()).to(dev)
         near = g + 1 <= c2[r]
