@@ -160,3 +160,31 @@ def test_compiled_metrics_equal_the_torch_code(ties, tied):
         np.testing.assert_allclose(got["per_query"][name], ref["per_query"][name], rtol=1e-12, atol=1e-12,
                                    err_msg=name)
         assert np.isfinite(got[name])
+
+
+@pytest.mark.parametrize("op", ["gt", "eq"])
+def test_blocked_layout_equals_contiguous(op):
+    # the counting path keeps a chunk's scores as column blocks laid one after the other; the
+    # kernels that read them in place must agree with the same scores in one [b, m] array
+    from rankrepro.metrics.ranking import BlockScores, count_cmp
+
+    rng = np.random.default_rng(7)
+    b, m, bc = 9, 1000, 96  # last block narrower
+    s = np.round(rng.standard_normal((b, m)) * 3).astype(np.float32)  # exact ties
+    flat = np.concatenate([s[:, c0 : c0 + bc].ravel() for c0 in range(0, m, bc)])
+    blocks = BlockScores([torch.from_numpy(s[:, c0 : c0 + bc].copy()) for c0 in range(0, m, bc)],
+                         torch.from_numpy(flat), bc)
+    assert blocks.compiled()
+    rows = torch.tensor([4, 0, 8, 4])
+    t = torch.from_numpy(s[rows.numpy(), rng.integers(0, m, 4)])
+    want = (s[rows.numpy()] > t.numpy()[:, None]) if op == "gt" else (s[rows.numpy()] == t.numpy()[:, None])
+    assert count_cmp(blocks, t, op, rows=rows).tolist() == want.sum(1).tolist()
+    fine = rng.integers(0, 7, m)
+    lab = np.stack([fine, fine // 3], 1)
+    index = LabelIndex(lab[:b], lab, np.arange(b))
+    qrows = np.array([3, 1, 5])
+    for c_rel in (0, 1):
+        got = rank_relevant(blocks, index, qrows, c_rel, local=qrows)
+        ref = rank_relevant(s[qrows], index, qrows, c_rel)
+        for g, r in zip(got, ref):
+            np.testing.assert_array_equal(g, r)
