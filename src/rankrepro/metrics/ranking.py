@@ -47,22 +47,24 @@ Two ways to get the ranks
     * *counting path* (ranked-list metrics only: R@k, P@k, TR@k, mAP@R, RP, mAP@k, MRR): the rank
       of a positive is ``1 + #{items with a larger score}``, one comparison pass over the row.
       The positives' own scores are computed first (a small product on their columns); the chunk's
-      scores are then computed in blocks of 4096 gallery columns, and the best positive's count
-      is taken from each block while it is still in cache (a compiled pass on CPU; no full-row
-      pass from memory). Further
-      positives are counted only while their rank can still fall within the metric's cutoff (R,
-      or k), on the few rows that need it; rows that would need more than 8 such passes take
-      their top-(cutoff + 1) scores instead (``torch.topk``, a partial sort). With a sort-free
-      first pass, R@k costs little more than the product.
+      scores are then computed in blocks of 4096 gallery columns (on CUDA: one block), and the
+      best positive's count is taken from each block while it is still in cache (a compiled pass
+      on CPU; no full-row pass from memory). Further positives are counted only while their rank
+      can still fall within the metric's cutoff (R, or k), on the rows that need it; rows that
+      would need more than 8 such passes rank all their positives at once instead (on CPU the
+      full-list kernel, on CUDA their top-(cutoff + 1) scores by ``torch.topk``). On CPU these
+      passes read the column blocks in place (:class:`BlockScores`); on CUDA the rows are copied
+      out. With a sort-free first pass, R@k costs little more than the product.
 
 Reproducibility: scores are float32 BLAS products; with MKL the last bits of a score can depend on
 the shape of the chunk it was computed in, so results are bit-reproducible for fixed chunking
 (``memory_budget``, ``max_rows``) and may otherwise differ where two scores are within an ulp.
 
 Memory is bounded by ``memory_budget`` (bytes, for the chunks in flight), independent of the number
-of queries: about ``rows * (8 * Ng + 250 * P)`` bytes, P the largest relevant set in the chunk
-(the full-list path: half the budget for the chunk's scores at 4 * Ng per row, half for its
-per-item arrays). On
+of queries: about ``rows * (row_bytes + 250 * P)`` bytes, P the largest relevant set in the chunk;
+``row_bytes`` is 8 * Ng for the counting path (16 * Ng on CUDA: row copies, boolean temporaries);
+the full-list path gives half the budget to the chunk's scores (4 * Ng per row on CPU, 24 * Ng on
+CUDA with the row sort's outputs) and half to its per-item arrays. On
 CPU each worker thread keeps its score buffers (:func:`scratch`) from one chunk to the next, for
 the duration of one call.
 """
