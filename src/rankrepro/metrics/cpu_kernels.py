@@ -45,22 +45,6 @@ def set_enabled(flag: bool) -> bool:
     return prev
 
 
-@numba.njit(nogil=True, cache=True)
-def count_cmp(s, rows, t, lo, hi, equal, out):  # pragma: no cover - compiled
-    """For i in [lo, hi): out[i] = the entries of s[rows[i]] that are > t[i] (== t[i] if ``equal``)."""
-    for i in range(lo, hi):
-        row = s[rows[i]]
-        x = t[i]
-        n = 0
-        if equal:
-            for j in range(row.shape[0]):
-                n += row[j] == x
-        else:
-            for j in range(row.shape[0]):
-                n += row[j] > x
-        out[i] = n
-
-
 @numba.njit(nogil=True, cache=True, inline="always")
 def _seg_count(seg, x, equal):  # pragma: no cover - compiled
     """The entries of ``seg`` that are > x (== x if ``equal``)."""
@@ -72,6 +56,13 @@ def _seg_count(seg, x, equal):  # pragma: no cover - compiled
         for j in range(seg.shape[0]):
             n += seg[j] > x
     return n
+
+
+@numba.njit(nogil=True, cache=True)
+def count_cmp(s, rows, t, lo, hi, equal, out):  # pragma: no cover - compiled
+    """For i in [lo, hi): out[i] = the entries of s[rows[i]] that are > t[i] (== t[i] if ``equal``)."""
+    for i in range(lo, hi):
+        out[i] = _seg_count(s[rows[i]], t[i], equal)
 
 
 @numba.njit(nogil=True, cache=True)

@@ -733,9 +733,10 @@ def _index_ties(s: torch.Tensor, r: torch.Tensor, vals: torch.Tensor, cols: torc
 
 
 def _sorted_ranks(s: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, pad: torch.Tensor):
-    """The torch path of :func:`sort_path` (CUDA; CPU without the compiled kernels): each row sorted once, by decreasing score then
-    decreasing column (a stable sort of the reversed row), so an item's position is its exact
-    index-convention rank - 1; ``gt``/``ge`` by binary search in the sorted scores.
+    """The torch path of :func:`sort_path` (CUDA; CPU without the compiled kernels): each row
+    sorted once, by decreasing score then decreasing column (a stable sort of the reversed row), so
+    an item's position is its exact index-convention rank - 1; ``gt``/``ge`` by binary search in
+    the sorted scores.
 
     Returns ``(pos, gt, ge)`` [b, P] for the items ``cols`` (scores ``vals``; ``pad``: padding)."""
     b, m = s.shape
