@@ -1,0 +1,271 @@
+"""One registry pattern for every kind of component (losses, samplers, datasets, ...).
+
+A :class:`Registry` maps a name to a *builder* -- a class or a function -- plus optional
+*fixed* keywords, so that variants are registrations, not subclasses::
+
+    LOSSES.register("smooth_ap")(SmoothAP)                 # or @LOSSES.register("smooth_ap")
+    LOSSES.register("pnp_dq", variant="Dq")(PNPLoss)        # a variant: fixed keywords
+
+The builder's *parameters* are its keyword parameters, minus the fixed ones, minus the
+registry's ``context`` (arguments the caller supplies at build time, e.g. a sampler's
+``labels`` and ``seed`` or a loss's ``num_classes``). Each parameter has a default
+(or is required) and a JSON type read from its annotation (or from its default).
+:meth:`Registry.build` checks the given parameters -- unknown names, missing required
+ones, wrong JSON types -- before calling the builder, and an unknown name lists the
+registered ones.
+
+This module imports no torch: the planner reads the same facts from the catalog
+(:mod:`rankrepro.catalog`), a JSON snapshot of every registry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+__all__ = ["Registry", "Entry", "Parameter", "UnknownNameError", "ParameterError", "json_types",
+           "check_json_type"]
+
+
+class UnknownNameError(KeyError, ValueError):
+    """A name that is not registered (a KeyError and a ValueError); the message lists the known ones."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ParameterError(TypeError, ValueError):
+    """Parameters a builder does not accept, lacks or gets with the wrong type."""
+
+
+REQUIRED = inspect.Parameter.empty
+
+# annotation token -> JSON types (``float`` accepts integers, as JSON numbers do)
+_TOKENS = {"int": ["integer"], "float": ["number"], "bool": ["boolean"], "str": ["string"], "None": ["null"],
+           "list": ["array"], "tuple": ["array"], "dict": ["object"], "Sequence": ["array"]}
+
+
+def _annotation_types(annotation) -> list[str] | None:
+    """JSON types of a simple annotation (``float``, ``int | None``, ``tuple[int, ...]``); None if unknown."""
+    if annotation is REQUIRED:
+        return None
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    types: list[str] = []
+    for part in text.split("|"):
+        token = re.split(r"[\[.]", part.strip(), maxsplit=1)[0].strip()
+        if token not in _TOKENS:
+            return None
+        types += [t for t in _TOKENS[token] if t not in types]
+    return types or None
+
+
+def json_types(value) -> list[str]:
+    """The JSON type of a Python value, as a one-element list (``integer`` for ints, not bools)."""
+    if value is None:
+        return ["null"]
+    if isinstance(value, bool):
+        return ["boolean"]
+    if isinstance(value, int):
+        return ["integer"]
+    if isinstance(value, float):
+        return ["number"]
+    if isinstance(value, str):
+        return ["string"]
+    if isinstance(value, (list, tuple)):
+        return ["array"]
+    if isinstance(value, dict):
+        return ["object"]
+    return []
+
+
+def check_json_type(value, types: list[str] | None) -> bool:
+    """True when ``value`` has one of the JSON ``types`` (None or [] = any; ``number`` takes integers)."""
+    if not types:
+        return True
+    have = json_types(value)
+    return any(t in types for t in have) or ("integer" in have and "number" in types)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One parameter of a builder: its default (``required`` when it has none) and JSON types."""
+
+    name: str
+    default: Any = None
+    required: bool = False
+    types: list[str] | None = None  # None: any JSON value
+
+    def as_json(self) -> dict:
+        out: dict = {"required": True} if self.required else {"default": self.default}
+        if self.types:
+            out["types"] = list(self.types)
+        return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registered builder with its fixed keywords."""
+
+    kind: str
+    name: str
+    builder: Callable
+    fixed: dict = field(default_factory=dict)
+    context: tuple[str, ...] = ()
+
+    @property
+    def target(self) -> str:
+        """``module:qualname`` of the builder."""
+        return f"{self.builder.__module__}:{self.builder.__qualname__}"
+
+    def signature_parameters(self) -> list[inspect.Parameter]:
+        fn = self.builder.__init__ if isinstance(self.builder, type) else self.builder
+        params = list(inspect.signature(fn).parameters.values())
+        return params[1:] if isinstance(self.builder, type) else params
+
+    @property
+    def accepts_any(self) -> bool:
+        """The builder takes ``**kwargs``: parameters other than the listed ones are passed on unchecked."""
+        return any(p.kind is p.VAR_KEYWORD for p in self.signature_parameters())
+
+    def parameters(self) -> dict[str, Parameter]:
+        """The user-settable parameters, in signature order."""
+        out = {}
+        for p in self.signature_parameters():
+            if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.name in self.fixed \
+                    or p.name in self.context:
+                continue
+            required = p.default is REQUIRED
+            default = None if required else p.default
+            if isinstance(default, tuple):
+                default = list(default)
+            types = _annotation_types(p.annotation)
+            if types is None and not required and default is not None:
+                types = json_types(default) or None
+                if types == ["integer"]:
+                    types = ["number"]  # an int default does not make a float value wrong... unless annotated
+            out[p.name] = Parameter(p.name, default, required, types)
+        return out
+
+    def check(self, params: dict, where: str = "") -> None:
+        """Raise :class:`ParameterError` for unknown, missing or mistyped parameters.
+
+        ``where`` prefixes the message (e.g. the file and key the parameters come from)."""
+        prefix = f"{where}: " if where else ""
+        accepted = self.parameters()
+        bad_context = sorted(set(params) & set(self.context))
+        if bad_context:
+            raise ParameterError(f"{prefix}{self.kind} {self.name!r}: {', '.join(bad_context)} is set by the "
+                                 "trainer from the data; remove it")
+        fixed = sorted(set(params) & set(self.fixed))
+        if fixed:
+            raise ParameterError(f"{prefix}{self.kind} {self.name!r} fixes {', '.join(f'{k}={self.fixed[k]!r}' for k in fixed)}"
+                                 "; register another name for another value")
+        unknown = sorted(set(params) - set(accepted))
+        if unknown and not self.accepts_any:
+            raise ParameterError(f"{prefix}{self.kind} {self.name!r} takes no parameter "
+                                 f"{', '.join(map(repr, unknown))}; allowed: {', '.join(accepted) or '(none)'}")
+        missing = [k for k, p in accepted.items() if p.required and k not in params]
+        if missing:
+            raise ParameterError(f"{prefix}{self.kind} {self.name!r} needs {', '.join(map(repr, missing))}")
+        for key, value in params.items():
+            p = accepted.get(key)
+            if p is not None and not check_json_type(value, p.types):
+                raise ParameterError(f"{prefix}{self.kind} {self.name!r}: {key} must be "
+                                     f"{' or '.join(p.types)}, got {value!r} ({' '.join(json_types(value))})")
+
+    def defaults(self) -> dict:
+        """{parameter: default} of the parameters that have one."""
+        return {k: p.default for k, p in self.parameters().items() if not p.required}
+
+    def build(self, *args, context: dict | None = None, **params):
+        """``builder(*args, **fixed, **params, **context)`` after :meth:`check`.
+
+        ``context`` entries are passed only when the builder accepts them."""
+        self.check(params)
+        names = {p.name for p in self.signature_parameters()}
+        extra = {k: v for k, v in (context or {}).items() if k in names or self.accepts_any}
+        return self.builder(*args, **self.fixed, **params, **extra)
+
+
+class Registry:
+    """Name -> :class:`Entry` for one kind of component.
+
+    ``package``: a package whose modules are imported on first lookup, so that the
+    registrations they hold run (e.g. ``rankrepro.losses``). ``context``: parameter names
+    the caller supplies at build time, not part of a run's parameters.
+    """
+
+    def __init__(self, kind: str, package: str | None = None, context: tuple[str, ...] = ()):
+        self.kind = kind
+        self.package = package
+        self.context = tuple(context)
+        self._entries: dict[str, Entry] = {}
+        self._loaded = package is None
+
+    def register(self, name: str, builder: Callable | None = None, **fixed):
+        """Register ``builder`` under ``name`` (with ``fixed`` keywords); without ``builder``, a decorator."""
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_]+", name):
+            raise ValueError(f"{self.kind} name must match [a-z0-9_]+, got {name!r}")
+
+        def add(obj):
+            entry = Entry(self.kind, name, obj, dict(fixed), self.context)
+            prev = self._entries.get(name)
+            if prev is not None and (prev.target, prev.fixed) != (entry.target, entry.fixed):
+                raise ValueError(f"{self.kind} name {name!r} is already registered by {prev.target}")
+            unknown = sorted(set(fixed) - {p.name for p in entry.signature_parameters()})
+            if unknown and not entry.accepts_any:
+                raise ValueError(f"{self.kind} {name!r}: fixed keyword(s) {unknown} are not parameters of "
+                                 f"{entry.target}")
+            self._entries[name] = entry
+            return obj
+
+        return add if builder is None else add(builder)
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        package = importlib.import_module(self.package)
+        for module in pkgutil.iter_modules(package.__path__):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"{self.package}.{module.name}")
+
+    def names(self) -> list[str]:
+        """The registered names, sorted."""
+        self._load()
+        return sorted(self._entries)
+
+    def __contains__(self, name: str) -> bool:
+        self._load()
+        return name in self._entries
+
+    def get(self, name: str) -> Entry:
+        """The entry of ``name``; :class:`UnknownNameError` listing the registered names otherwise."""
+        self._load()
+        try:
+            return self._entries[name]
+        except (KeyError, TypeError):
+            raise UnknownNameError(f"unknown {self.kind} {name!r}; registered: "
+                                   f"{', '.join(sorted(self._entries)) or '(none)'}") from None
+
+    def build(self, name: str, *args, context: dict | None = None, **params):
+        """Build ``name`` with ``params`` (checked) and the caller's ``context``."""
+        return self.get(name).build(*args, context=context, **params)
+
+    def build_block(self, block: dict, *args, context: dict | None = None):
+        """Build from a run's component block ``{"name": ..., **params}``."""
+        params = dict(block)
+        return self.build(params.pop("name"), *args, context=context, **params)
+
+    def catalog(self) -> dict:
+        """{name: {target, fixed, parameters: {p: {default | required, types}}, accepts_any}} (JSON)."""
+        out = {}
+        for name in self.names():
+            entry = self._entries[name]
+            out[name] = {"target": entry.target, "fixed": entry.fixed, "accepts_any": entry.accepts_any,
+                         "parameters": {k: p.as_json() for k, p in entry.parameters().items()}}
+        return out
