@@ -6,6 +6,8 @@ A test module that imports :func:`one_thread` gets it as an autouse fixture.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -18,6 +20,23 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def sig(x: float) -> float:
+    """The logistic function of a Python float."""
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def h_minus(t, tau=0.01, rho=100.0, delta=0.05, start=0.5, offset=None, fix="post_pr13"):
+    """SupRank's H^- (paper eq. 4), branch by branch on a 0-d tensor (keeps autograd): the one
+    reference of the step, used by the core and the loss tests."""
+    if offset is None:
+        offset = sig(delta / tau) + start
+    if t.item() <= 0:
+        return torch.sigmoid(t / tau)
+    if t.item() <= delta:
+        return start + torch.sigmoid(t / tau)
+    return rho * ((t - delta) if fix == "post_pr13" else t) + offset
 
 
 def unit(b, d, seed, dtype=torch.float32):

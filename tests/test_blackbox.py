@@ -78,14 +78,14 @@ ROW_NEG = [0, 1, 0, 1, 1, 0]  # 0 = the query's label: positives at 0.9, 0.7, 0.
 def test_recall_hand_computed_and_margin(weight_fn):
     q, ref, ref_y = score_rows([ROW], ROW_NEG)
     w = (lambda r: math.log1p(r)) if weight_fn == "log" else (lambda r: math.log1p(math.log1p(r)))
-    loss = RaMBORecallLoss(margin=0.0, weight_fn=weight_fn, ref_includes_batch=False)
+    loss = RaMBORecallLoss(margin=0.0, weight_fn=weight_fn)
     # negatives before each positive: 0, 1, 3
     assert loss(q, torch.tensor([0]), ref, ref_y).item() == pytest.approx((w(0) + w(1) + w(3)) / 3, abs=1e-6)
     # margin 0.25: positives -0.125, negatives +0.125 -> .775 .925 .575 .725 .625 .275: r = 1, 3, 3
-    loss_m = RaMBORecallLoss(margin=0.25, weight_fn=weight_fn, ref_includes_batch=False)
+    loss_m = RaMBORecallLoss(margin=0.25, weight_fn=weight_fn)
     assert loss_m(q, torch.tensor([0]), ref, ref_y).item() == pytest.approx((w(1) + w(3) + w(3)) / 3, abs=1e-6)
     # official length bug: r scaled by rows / row length = 1 / 6
-    rows = RaMBORecallLoss(margin=0.0, weight_fn=weight_fn, length="rows", ref_includes_batch=False)
+    rows = RaMBORecallLoss(margin=0.0, weight_fn=weight_fn, length="rows")
     expect = (w(0) + w(1 / 6) + w(3 / 6)) / 3
     assert rows(q, torch.tensor([0]), ref, ref_y).item() == pytest.approx(expect, abs=1e-6)
 
@@ -96,15 +96,15 @@ def test_recall_reductions():
     labels = torch.tensor([0, 1])  # query 1's positives: 0.2, 0.4, 0.5 (label 1)
     # query 0: r = 0, 1, 3; query 1 (positives 0.5, 0.4, 0.2; negatives 0.6, 0.3, 0.1): r = 1, 1, 2
     w = [math.log1p(r) for r in (0, 1, 3)], [math.log1p(r) for r in (1, 1, 2)]
-    pairs = RaMBORecallLoss(margin=0.0, weight_fn="log", ref_includes_batch=False)(q, labels, ref, ref_y)
-    queries = RaMBORecallLoss(margin=0.0, weight_fn="log", reduction="queries", ref_includes_batch=False)(
+    pairs = RaMBORecallLoss(margin=0.0, weight_fn="log")(q, labels, ref, ref_y)
+    queries = RaMBORecallLoss(margin=0.0, weight_fn="log", reduction="queries")(
         q, labels, ref, ref_y)
     assert pairs.item() == pytest.approx(sum(w[0] + w[1]) / 6, abs=1e-6)
     assert queries.item() == pytest.approx((sum(w[0]) / 3 + sum(w[1]) / 3) / 2, abs=1e-6)
     # unequal numbers of positives: the two differ
     ref_y2 = torch.tensor([0, 1, 0, 0, 1, 0])
-    a = RaMBORecallLoss(margin=0.0, ref_includes_batch=False)(q, labels, ref, ref_y2)
-    b = RaMBORecallLoss(margin=0.0, reduction="queries", ref_includes_batch=False)(q, labels, ref, ref_y2)
+    a = RaMBORecallLoss(margin=0.0)(q, labels, ref, ref_y2)
+    b = RaMBORecallLoss(margin=0.0, reduction="queries")(q, labels, ref, ref_y2)
     assert abs(a.item() - b.item()) > 1e-3
 
 
@@ -126,7 +126,7 @@ def test_recall_backward_matches_finite_lambda(weight_fn, lam):
 
     expected = finite_lambda_grad(y, lam, loss_of_ranks)
     q = s.clone().requires_grad_()
-    loss = RaMBORecallLoss(lambda_val=lam, margin=margin, weight_fn=weight_fn, ref_includes_batch=False)
+    loss = RaMBORecallLoss(lambda_val=lam, margin=margin, weight_fn=weight_fn)
     out = loss(q, labels, torch.eye(n), ref_y)
     out.backward()
     assert out.item() == pytest.approx(loss_of_ranks(count_ranks(y).double() / n).item(), abs=1e-6)
@@ -202,7 +202,7 @@ def test_blackbox_ap_backward_matches_finite_lambda(lam, margin):
     expected = finite_lambda_grad(y, lam, ap_loss_of_ranks(rel))
     for cls in (BlackBoxAPLoss, lambda **kw: RaMBOMapLoss(interclass_coef=0.0, **kw)):
         q = s.clone().requires_grad_()
-        loss = cls(lambda_val=lam, margin=margin, random_margin=False, ref_includes_batch=False)
+        loss = cls(lambda_val=lam, margin=margin, random_margin=False)
         out = loss(q, labels, torch.eye(n), ref_y)
         out.backward()
         assert out.item() == pytest.approx(ap_loss_of_ranks(rel)(count_ranks(y).double() / n).item(), abs=1e-6)
@@ -218,12 +218,12 @@ def test_random_margin_draws_abs_gaussian_per_entry():
     labels = torch.tensor([0, 1, 0])
     rel = ref_y.unsqueeze(0) == labels.unsqueeze(1)
     torch.manual_seed(123)
-    got = BlackBoxAPLoss(margin=0.3, ref_includes_batch=False)(s, labels, torch.eye(n), ref_y)
+    got = BlackBoxAPLoss(margin=0.3)(s, labels, torch.eye(n), ref_y)
     torch.manual_seed(123)
     y = s - 0.3 * torch.randn(3, n).abs() * (rel.float() - 0.5)
     expect = ap_loss_of_ranks(rel)(count_ranks(y.double()).double() / n)
     assert got.item() == pytest.approx(expect.item(), abs=1e-6)
-    deterministic = BlackBoxAPLoss(margin=0.3, random_margin=False, ref_includes_batch=False)
+    deterministic = BlackBoxAPLoss(margin=0.3, random_margin=False)
     y_det = s - 0.15 * (2 * rel.float() - 1)
     assert deterministic(s, labels, torch.eye(n), ref_y).item() == pytest.approx(
         ap_loss_of_ranks(rel)(count_ranks(y_det.double()).double() / n).item(), abs=1e-6)
@@ -239,7 +239,7 @@ def test_gradient_direction_on_scores(name):
     ref_y = torch.tensor([0, 1, 0, 1, 1, 0, 1, 0, 1, 1, 1, 0])
     pos = ref_y == 0
     g = torch.Generator().manual_seed(0)
-    loss = build(name, ref_includes_batch=False)
+    loss = build(name)
     for _ in range(5):
         scores = (0.5 + 0.02 * torch.randn(2, n, generator=g)).requires_grad_()
         torch.manual_seed(0)
@@ -278,10 +278,11 @@ def test_ref_set_starting_with_batch(name):
     e = unit(len(y), 6, 3).requires_grad_()
     kw = {"margin": 0.0} if name == "rambo_recall" else {"margin": 0.0, "random_margin": False}
     loss = build(name, **kw)
-    # ref = the detached batch: same value as in-batch, no gradient into the ref
+    # ref = the detached batch (own entry q, as MemoryLoss says): same value as in-batch, no gradient into the ref
     ref = e.detach().clone().requires_grad_()
-    torch.testing.assert_close(loss(e, y, ref, y), loss(e, y), atol=1e-6, rtol=1e-6)
-    out = loss(e, y, ref, y)
+    own = torch.arange(len(y))
+    torch.testing.assert_close(loss(e, y, ref, y, self_index=own), loss(e, y), atol=1e-6, rtol=1e-6)
+    out = loss(e, y, ref, y, self_index=own)
     out.backward()
     assert ref.grad is None and e.grad.abs().max() > 0
     # with a memory after the batch: own entry (index q) removed / kept by index
@@ -289,11 +290,12 @@ def test_ref_set_starting_with_batch(name):
     full, full_y = torch.cat([e.detach(), mem]), torch.cat([y, mem_y])
     if name != "rambo_recall":
         iq = name == "blackbox_ap"
-        got = build(name, **kw, **({"interclass_coef": 0.0} if name == "rambo_map" else {}))(e, y, full, full_y)
+        got = build(name, **kw, **({"interclass_coef": 0.0} if name == "rambo_map" else {}))(e, y, full, full_y,
+                                                                                            self_index=own)
         expect = sklearn_one_minus_map(e.detach(), y, iq, full, full_y, ref_has_batch=True)
         assert got.item() == pytest.approx(expect, abs=1e-5)
-    with pytest.raises(ValueError, match="ref_includes_batch"):
-        loss(e, y, mem, mem_y)
+    with pytest.raises(ValueError, match="self_index"):
+        loss(e, y, mem, mem_y, self_index=own)  # the memory does not start with the batch
 
 
 def test_recall_ref_set_removes_own_entry():
@@ -301,7 +303,7 @@ def test_recall_ref_set_removes_own_entry():
     e = unit(len(y), 6, 5)
     mem, mem_y = unit(20, 6, 6), torch.randint(0, 7, (20,), generator=torch.Generator().manual_seed(3))
     full, full_y = torch.cat([e, mem]), torch.cat([y, mem_y])
-    got = RaMBORecallLoss(margin=0.0, weight_fn="log")(e, y, full, full_y).item()
+    got = RaMBORecallLoss(margin=0.0, weight_fn="log")(e, y, full, full_y, self_index=torch.arange(len(y))).item()
     num, den = 0.0, 0
     for q in range(len(y)):
         keep = torch.ones(len(full_y), dtype=torch.bool)
@@ -311,27 +313,6 @@ def test_recall_ref_set_removes_own_entry():
             num += math.log1p(int(((s > s[i]) & ~rel).sum()))
             den += 1
     assert got == pytest.approx(num / den, abs=1e-5)
-
-
-@pytest.mark.parametrize("name", LOSSES)
-def test_memory_wrapper_defaults_and_saved_tensor_sizes(name):
-    B = 256
-    loss = build(name, memory={"size": 512})
-    y = torch.arange(B // 4).repeat_interleave(4)
-    sizes = []
-
-    def pack(t):
-        sizes.append(t.numel())
-        return t
-
-    for seed in range(2):
-        e = unit(B, 32, seed).requires_grad_()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = loss(e, y)
-        out.backward()
-        assert torch.isfinite(e.grad).all() and 0 < out.item()
-    assert max(sizes) < B**3 / 4
-    assert not loss.embeddings.requires_grad
 
 
 @pytest.mark.parametrize("name", LOSSES)

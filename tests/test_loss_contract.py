@@ -12,7 +12,13 @@ L2-normalised batch (B = 32, D = 16, 8 classes x 4). Labels: [B] if the loss acc
 * wrapped in ``memory={"size": 64}`` it runs for three steps (the memory is used from the
   second step on), gradients stay finite, no gradient reaches the memory;
 * ``set_epoch`` (when present) is accepted (through the memory wrapper, which forwards it);
-* at B = 256 no tensor saved for backward has B³/4 elements or more.
+* at B = 256 no tensor saved for backward has B³/4 elements or more, and the tensors alive at
+  once during forward + backward stay below B³/4 float32 elements (B³ bytes) for the losses
+  over the rank core and below one B x B x B float32 tensor for every loss: with 4 per
+  class, with one class of 32 and pairs, with two super-classes of 128 (hierarchical P =
+  128), and wrapped in a memory of 2B. This is the one memory check of every loss (the
+  loss-specific test files do not repeat it); a few non-default settings that take another
+  code path are checked too (``EXTRA``).
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ import torch
 import torch.nn.functional as F
 
 from rankrepro import losses
+from rankrepro.losses.rank import RankingLoss
+from rankrepro.losses.registry import data_context
 
 from lossutil import one_thread  # noqa: F401  (autouse fixture)
+from lossutil import peak_bytes
 
 NAMES = losses.names()
 B, D, C, M = 32, 16, 8, 4
@@ -47,13 +56,11 @@ def batch(seed, b=B, classes=C, coarse_div=4):
     return emb, fine, torch.stack([fine, fine // coarse_div], 1)
 
 
-def make(name, classes=C, coarse_div=4, **kw):
+def make(name, classes=C, coarse_div=4, embedding_size=D, **kw):
+    """``losses.build`` with the data sizes as context (each loss takes those it declares)."""
     per_level = [classes, -(-classes // coarse_div)]
-    sizes = {"num_classes": classes, "num_classes_per_level": per_level, "embedding_size": D}
-    accepted = losses.accepted_hparams(name)
-    kw.update({k: v for k, v in sizes.items() if k in accepted})
     torch.manual_seed(0)  # proxies
-    return losses.build(name, **kw)
+    return losses.build(name, context=data_context(per_level, embedding_size), **kw)
 
 
 @functools.lru_cache(maxsize=None)
@@ -133,21 +140,60 @@ def test_memory_wrapper_steps(name):
         assert loss.embeddings.grad_fn is None and loss.embeddings.shape[0] == 64
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_no_cubic_saved_tensors_at_batch_256(name):
-    b = 256
-    g = torch.Generator().manual_seed(5)
-    emb = F.normalize(torch.randn(b, D, generator=g), dim=1).requires_grad_()
-    fine = torch.arange(64).repeat_interleave(4)
-    y = torch.stack([fine, fine // 8], 1)
-    loss = make(name, classes=64, coarse_div=8)
+# ------------------------------------------------------------------ memory at B = 256
+
+MB = 256
+#: non-default settings with their own code path, checked beside every loss's defaults
+EXTRA = [("triplet", {"mining": "semihard"}), ("triplet", {"mining": "easy_semihard", "distance": "dot"}),
+         ("pnp_dq", {"include_query": False}), ("smooth_ap", {"include_query": False})]
+
+
+def layout_labels(layout):
+    """[B, 2] labels at B = 256: fine classes and a coarse level."""
+    if layout == "m4":  # 64 classes x 4, 8 super-classes of 32
+        fine = torch.arange(64).repeat_interleave(4)
+        return torch.stack([fine, fine // 8], 1)
+    if layout == "uneven":  # one big class of 32, the rest in pairs
+        fine = torch.cat([torch.zeros(32, dtype=torch.long), torch.arange(1, 113).repeat_interleave(2)])
+        return torch.stack([fine, (fine > 0).long()], 1)
+    fine = torch.arange(64).repeat_interleave(4)  # two super-classes: 128 relevant items per query
+    return torch.stack([fine, fine // 32], 1)
+
+
+CASES = [(n, {}, lay, None) for n in NAMES for lay in ("m4", "uneven", "coarse")] + \
+        [(n, {}, "m4", 2 * MB) for n in NAMES] + [(n, kw, "m4", None) for n, kw in EXTRA]
+
+
+@pytest.mark.parametrize("name, kw, layout, memory", CASES,
+                         ids=[f"{n}-{lay}{'-memory' if m else ''}{'-' + str(kw) if kw else ''}"
+                              for n, kw, lay, m in CASES])
+def test_no_cubic_saved_tensors_or_peak_memory_at_batch_256(name, kw, layout, memory):
+    y = layout_labels(layout)
+    sizes = data_context([int(c) + 1 for c in y.max(0).values], 64)
+    if label_kind(name) == "flat" and layout != "coarse":
+        y = y[:, 0]
+    torch.manual_seed(0)  # proxies
+    loss = losses.build(name, context=sizes, **kw, **({"memory": {"size": memory}} if memory else {}))
     biggest = [0]
 
     def pack(t):
         biggest[0] = max(biggest[0], t.numel())
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = value(loss, emb, y)
-    out.backward()
-    assert biggest[0] < b**3 / 4, f"{name}: a saved tensor has {biggest[0]} elements (B³/4 = {b**3 // 4})"
+    for seed in range(2 if memory else 1):  # with a memory: the second step uses it
+        g = torch.Generator().manual_seed(5 + seed)
+        emb = F.normalize(torch.randn(MB, 64, generator=g), dim=1).requires_grad_()
+
+        def step():
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                out = value(loss, emb, y)
+            out.backward()
+            return out
+
+        peak, out = peak_bytes(step)
+        assert torch.isfinite(out) and torch.isfinite(emb.grad).all(), f"{name}: {out}"
+        assert biggest[0] < MB**3 / 4, f"{name}: a saved tensor has {biggest[0]} elements (B³/4 = {MB**3 // 4})"
+        # the rank-core losses bound their blocks (B³/4 float32); the others hold at most O(B N Q)
+        # (soft bins) or O(#triplets) tensors: less than one B x B x B float32 tensor
+        bound = MB**3 if isinstance(getattr(loss, "loss", loss), RankingLoss) else 4 * MB**3
+        assert peak < bound, f"{name}: {peak / 2**20:.1f} MiB alive at once (bound {bound / 2**20:.0f} MiB)"

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rankrepro.metrics import compute, parse_metric
-from rankrepro.metrics.api import _ties_for
+from rankrepro.metrics.core import _ties_for
 
 # ------------------------------------------------------------------ reference implementation
 

@@ -158,3 +158,85 @@ def test_torch_inputs_and_retrieval_metrics_compat():
     a = retrieval_metrics(torch.from_numpy(x), torch.from_numpy(y), recall_at=(1, 10))
     b = compute(x, y, metrics=["R@1", "R@10", "mAP@R", "RP"])
     assert a == b
+
+
+def _protocol_inputs(name, rng):
+    """Minimal (args, kwargs) of compute for every protocol name."""
+    x, y = unit(rng, 40, 6), rng.integers(0, 5, 40)
+    if name == "same-set":
+        return (x, y), {}
+    if name == "query-gallery":
+        return (x[:10], y[:10], x[10:], y[10:]), {}
+    if name == "vehicleid":
+        return (x, y), {"subsets": {"small": np.arange(20), "large": np.arange(40)}}
+    if name == "dyml":
+        b = {"fine": dict(query=x[:10], query_labels=y[:10], gallery=x[10:], gallery_labels=y[10:])}
+        return (None, None), {"benchmarks": b}
+    gt = [np.array([i, (i + 1) % 30]) for i in range(10)]
+    if name == "gldv2-suprank":
+        return (x[30:], None, x[:30], y[:30]), {"ground_truth": gt}
+    if name == "gldv2-official":
+        return (x[30:], None, x[:30], None), {"ground_truth": gt, "usage": ["Public", "Private"] * 5}
+    if name == "face":
+        return (x, y), {}
+    assert name == "ijbc"
+    return (x, np.repeat(np.arange(4), 10)), {"templates": np.arange(40) // 2}
+
+
+def test_protocol_names_are_exactly_the_manifest_strings():
+    from rankrepro.metrics import PROTOCOLS
+    from rankrepro.metrics.protocols import run_protocol
+
+    assert PROTOCOLS == ("same-set", "query-gallery", "vehicleid", "dyml", "gldv2-suprank", "gldv2-official",
+                         "face", "ijbc")
+    for name in PROTOCOLS:
+        args, kw = _protocol_inputs(name, np.random.default_rng(7))
+        res = compute(*args, protocol=name, **kw)
+        assert res and all(isinstance(k, str) for k in res)
+        assert run_protocol(name, *args, **kw) == res
+    args, kw = _protocol_inputs("same-set", np.random.default_rng(7))
+    listed = "same-set, query-gallery, vehicleid, dyml, gldv2-suprank, gldv2-official, face, ijbc"
+    for bad in ("same_set", "query_gallery", "Same-Set", "sop", "gldv2", "ijb-c", ""):
+        with pytest.raises(ValueError, match=f"unknown protocol {bad!r}; allowed: {listed}"):
+            compute(*args, protocol=bad)
+        with pytest.raises(ValueError, match=f"unknown protocol {bad!r}; allowed: {listed}"):
+            run_protocol(bad, *args)
+    with pytest.raises(ValueError, match="needs subsets="):
+        compute(*args, protocol="vehicleid")
+    with pytest.raises(ValueError, match="exclude= and per_query="):
+        compute(*args, protocol="face", per_query=True)
+    with pytest.raises(TypeError, match="subsets"):
+        compute(*args, protocol="same-set", subsets={})
+
+
+@pytest.mark.parametrize("name", ["same-set", "query-gallery", "vehicleid", "dyml", "gldv2-suprank",
+                                  "gldv2-official", "face", "ijbc"])
+def test_device_reaches_every_protocol(name, monkeypatch):
+    """``device`` is where every protocol scores: each embedding conversion is asked for it."""
+    from rankrepro.metrics import core, protocols, ranking
+
+    seen = []
+
+    def spy(x, what, device=None):
+        seen.append((what, device))
+        return ranking.as_embeddings(x, what, device)
+
+    monkeypatch.setattr(core, "as_embeddings", spy)
+    monkeypatch.setattr(protocols, "as_embeddings", spy)
+    args, kw = _protocol_inputs(name, np.random.default_rng(8))
+    ref = compute(*args, protocol=name, **kw)
+    seen.clear()
+    assert compute(*args, protocol=name, device="cpu", **kw) == ref
+    assert seen and all(d == "cpu" for what, d in seen if what == "query"), seen
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", ["same-set", "query-gallery", "vehicleid", "dyml", "gldv2-suprank",
+                                  "gldv2-official", "face", "ijbc"])
+def test_cuda_device_gives_the_cpu_results(name):
+    args, kw = _protocol_inputs(name, np.random.default_rng(9))
+    cpu = compute(*args, protocol=name, device="cpu", **kw)
+    cuda = compute(*args, protocol=name, device="cuda", **kw)
+    assert cuda.keys() == cpu.keys()
+    for k in cpu:
+        assert cuda[k] == pytest.approx(cpu[k], abs=1e-6), k

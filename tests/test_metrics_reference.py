@@ -24,6 +24,15 @@ def unit(rng, n, d):
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
+def points_and_scores(seed, n, d, tied):
+    """``(rng, x, x @ x.T in float64)``: integer points (many exact score ties) if ``tied``, else
+    unit vectors; ``rng`` goes on drawing after ``x``."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    x = np.round(x).astype(np.float32) if tied else x / np.linalg.norm(x, axis=1, keepdims=True)
+    return rng, x, (torch.from_numpy(x) @ torch.from_numpy(x).T).numpy().astype(np.float64)
+
+
 def pml(x, y, k, gallery=None, gallery_labels=None):
     ac = AccuracyCalculator(include=("precision_at_1", "r_precision", "mean_average_precision_at_r",
                                      "mean_average_precision"), k=k, device=torch.device("cpu"),
@@ -77,11 +86,8 @@ def test_pml_exact_ties_full_lists():
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_sklearn_average_precision(tied):
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((120, 5)).astype(np.float32)
-    x = np.round(x).astype(np.float32) if tied else x / np.linalg.norm(x, axis=1, keepdims=True)
+    rng, x, s = points_and_scores(5, 120, 5, tied)
     y = rng.integers(0, 8, 120)
-    s = (torch.from_numpy(x) @ torch.from_numpy(x).T).numpy().astype(np.float64)
     ref = []
     for i in range(120):
         keep = np.arange(120) != i
@@ -95,13 +101,10 @@ def test_sklearn_average_precision(tied):
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_sklearn_ndcg(tied):
-    rng = np.random.default_rng(6)
-    x = rng.standard_normal((100, 5)).astype(np.float32)
-    x = np.round(x).astype(np.float32) if tied else x / np.linalg.norm(x, axis=1, keepdims=True)
+    rng, x, s = points_and_scores(6, 100, 5, tied)
     fine = rng.integers(0, 20, 100)
     sup = rng.integers(0, 4, 20)[fine]
     lab = np.stack([fine, sup], 1)
-    s = (torch.from_numpy(x) @ torch.from_numpy(x).T).numpy().astype(np.float64)
     graded, binary = [], []
     for i in range(100):
         keep = np.arange(100) != i

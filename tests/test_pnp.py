@@ -188,7 +188,7 @@ def test_gradient_direction_on_scores(variant):
     g = torch.Generator().manual_seed(0)
     for _ in range(5):
         scores = (0.5 + 0.02 * torch.randn(1, n, generator=g)).requires_grad_()
-        loss = make(variant, ref_includes_batch=False)(scores, torch.tensor([0]), ref, ref_y)
+        loss = make(variant)(scores, torch.tensor([0]), ref, ref_y)
         (grad,) = torch.autograd.grad(loss, scores)
         assert (grad[0, pos] <= 1e-9).all() and (grad[0, ~pos] >= -1e-9).all()
         assert grad[0, pos].min() < 0 and grad[0, ~pos].max() > 0
@@ -243,7 +243,7 @@ def test_ref_set_starting_with_batch(variant, include_query):
     mem_y = torch.randint(0, 9, (30,), generator=torch.Generator().manual_seed(0))
     ref = torch.cat([e.detach(), mem]).requires_grad_()
     ref_y = torch.cat([y, mem_y])
-    ours = make(variant, include_query=include_query)(e, y, ref, ref_y)
+    ours = make(variant, include_query=include_query)(e, y, ref, ref_y, self_index=torch.arange(len(y)))
     expect = loop_pnp(e2, y, variant, include_query=include_query, ref=ref, ref_labels=ref_y, ref_has_batch=True)
     torch.testing.assert_close(ours.double(), expect, atol=1e-5, rtol=1e-5)
     ours.backward()
@@ -251,7 +251,8 @@ def test_ref_set_starting_with_batch(variant, include_query):
     torch.testing.assert_close(e.grad.double(), e2.grad.double(), atol=1e-5, rtol=1e-4)
     assert ref.grad is None
     # ref = the detached batch alone gives the in-batch value
-    torch.testing.assert_close(make(variant, include_query=include_query)(e, y, e.detach(), y),
+    torch.testing.assert_close(make(variant, include_query=include_query)(e, y, e.detach(), y,
+                                                                         self_index=torch.arange(len(y))),
                                make(variant, include_query=include_query)(e, y), atol=1e-6, rtol=1e-6)
 
 
@@ -259,10 +260,10 @@ def test_ref_set_without_batch_and_misuse():
     y = uneven_labels(4)
     e = unit(len(y), 6, 4)
     ref, ref_y = unit(25, 6, 5), torch.randint(0, 9, (25,), generator=torch.Generator().manual_seed(1))
-    ours = make("Ds", ref_includes_batch=False)(e, y, ref, ref_y)
+    ours = make("Ds")(e, y, ref, ref_y)  # no self_index: the reference set holds no query
     torch.testing.assert_close(ours.double(), loop_pnp(e, y, "Ds", ref=ref, ref_labels=ref_y), atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="ref_includes_batch"):
-        make("Ds")(e, y, ref, ref_y)  # default expects the batch first
+    with pytest.raises(ValueError, match="self_index"):
+        make("Ds")(e, y, ref, ref_y, self_index=torch.arange(len(y)))  # labels there differ from the batch
     with pytest.raises(ValueError, match="together"):
         make("Ds")(e, y, ref, None)
 
@@ -279,26 +280,6 @@ def test_memory_wrapper_runs_and_no_grad_into_memory():
 
 
 # ---------------------------------------------------------------------------- (4) memory
-
-
-@pytest.mark.parametrize("layout", ["m4", "uneven"])
-def test_no_cubic_saved_tensors(layout):
-    B = 256
-    if layout == "m4":
-        y = torch.arange(B // 4).repeat_interleave(4)
-    else:  # one big class of 32, the rest in pairs
-        y = torch.cat([torch.zeros(32, dtype=torch.long), torch.arange(1, 113).repeat_interleave(2)])
-    e = unit(B, 32, 0).requires_grad_()
-    sizes = []
-
-    def pack(t):
-        sizes.append(t.numel())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = build("pnp_dq")(e, y)
-    loss.backward()
-    assert sizes and max(sizes) < B**3 / 4
 
 
 def test_chunked_equals_unchunked():

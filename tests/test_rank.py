@@ -21,22 +21,11 @@ from rankrepro.losses.rank import (
 )
 
 
-def sig(x):
-    return 1.0 / (1.0 + math.exp(-x))
+from lossutil import h_minus as h_minus_ref  # noqa: E402  (paper eq. 4, the one reference)
+from lossutil import sig  # noqa: E402
 
 
 # ----------------------------------------------------------- reference: paper eq. 3 / 4
-
-
-def h_minus_ref(t, tau=0.01, rho=100.0, delta=0.05, start=0.5, offset=None, fix="post_pr13"):
-    """Paper eq. 4, branch by branch on a 0-d tensor (keeps autograd)."""
-    if offset is None:
-        offset = sig(delta / tau) + start
-    if t.item() <= 0:
-        return torch.sigmoid(t / tau)
-    if t.item() <= delta:
-        return start + torch.sigmoid(t / tau)
-    return rho * ((t - delta) if fix == "post_pr13" else t) + offset
 
 
 def loop_ranks(scores, level, rel, list_mask, kind, **kw):
@@ -278,13 +267,19 @@ def test_shared_levels_and_prepare_lists():
     # no ref: the batch is the list; the query's own column is q
     *_, lst, self_col = prepare_lists(e, y, None, None, include_query=False)
     assert self_col.tolist() == [0, 1, 2] and not lst.diagonal().any() and lst.sum() == 6
-    # a ref set that starts with the batch (MemoryLoss): own entry recognised
+    # a ref set that starts with the batch (MemoryLoss): own entry given by index
     ref = torch.cat([e, torch.randn(2, 4)])
     yref = torch.cat([y, torch.tensor([[7, 0], [8, 1]])])
-    *_, lst, self_col = prepare_lists(e, y, ref, yref, include_query=False)
+    own = torch.arange(3)
+    *_, lst, self_col = prepare_lists(e, y, ref, yref, include_query=False, self_index=own)
     assert self_col.tolist() == [0, 1, 2] and lst.sum() == 12
-    *_, lst, self_col = prepare_lists(e, y, ref, yref, include_query=True)
+    *_, lst, self_col = prepare_lists(e, y, ref, yref, include_query=True, self_index=own)
     assert lst.all()
+    # the same ref set without self_index holds no query: nothing removed
+    *_, lst, self_col = prepare_lists(e, y, ref, yref, include_query=False)
+    assert (self_col == -1).all() and lst.all()
+    with pytest.raises(ValueError, match="self_index"):
+        prepare_lists(e, y, ref, yref, True, self_index=torch.tensor([1, 0, 2]))  # labels differ
     # a foreign ref set: nothing removed
     *_, lst, self_col = prepare_lists(e, y, ref[1:], yref[1:], include_query=False)
     assert (self_col == -1).all() and lst.all()

@@ -80,3 +80,46 @@ def test_hierarchical_is_deterministic_and_leaves_global_rng_alone():
     b.set_epoch(1)
     assert list(a) != list(b)
     np.testing.assert_array_equal(np.random.get_state()[1], state)
+
+
+def test_build_sampler_through_the_registry():
+    from rankrepro.data.samplers import SAMPLERS, build_sampler
+
+    labels = _labels([6] * 20)
+    block = {"name": "m_per_class", "batch_size": 16, "samples_per_class": 4}
+    sampler = build_sampler(block, labels, seed=3)
+    assert isinstance(sampler, MPerClassBatchSampler)
+    assert list(sampler) == list(MPerClassBatchSampler(labels, 16, 4, seed=3))
+    hier = build_sampler({"name": "hierarchical", "batch_size": 8, "samples_per_class": 4,
+                          "batches_per_super_tuple": 1}, np.stack([labels, labels // 5], 1), 0)
+    assert isinstance(hier, HierarchicalBatchSampler) and len(hier) > 0
+    assert block == {"name": "m_per_class", "batch_size": 16, "samples_per_class": 4}  # not consumed
+    assert SAMPLERS.names() == ["hierarchical", "m_per_class"]
+
+
+@pytest.mark.parametrize("block, message", [
+    ({"name": "m_per_clas", "batch_size": 16, "samples_per_class": 4}, "registered: hierarchical, m_per_class"),
+    ({"name": "m_per_class", "batch_size": 16}, "needs 'samples_per_class'"),
+    ({"name": "m_per_class", "batch_size": 16.0, "samples_per_class": 4}, "batch_size must be integer"),
+    ({"name": "m_per_class", "batch_size": 16, "samples_per_class": 4, "m": 4}, "no parameter 'm'"),
+    ({"name": "m_per_class", "batch_size": 16, "samples_per_class": 4, "seed": 1}, "seed"),
+])
+def test_build_sampler_rejects_bad_blocks(block, message):
+    from rankrepro.data.samplers import build_sampler
+
+    with pytest.raises(ValueError, match=message):
+        build_sampler(block, _labels([6] * 20), seed=0)
+
+
+def test_sampler_catalog_is_json_with_simple_types():
+    import json
+
+    from rankrepro.data.samplers import SAMPLERS
+
+    catalog = SAMPLERS.catalog()
+    assert catalog == json.loads(json.dumps(catalog))
+    for name, entry in catalog.items():
+        assert not entry["accepts_any"] and not {"labels", "seed"} & set(entry["parameters"])
+        for parameter, spec in entry["parameters"].items():
+            assert spec.get("types") in (["integer"], ["number"], ["boolean"]), (name, parameter)
+    assert catalog["hierarchical"]["parameters"]["batches_per_super_tuple"] == {"default": 5, "types": ["integer"]}

@@ -104,11 +104,12 @@ def test_softbin_with_memory_ref_set_matches_loop(include_query):
     e = unit(len(y), 6, 3)
     mem, mem_y = unit(30, 6, 4), torch.randint(0, 9, (30,), generator=torch.Generator().manual_seed(0))
     ref, ref_y = torch.cat([e, mem]), torch.cat([y, mem_y])
-    ours = build("softbin_ap", include_query=include_query)(e, y, ref, ref_y)
+    own = torch.arange(len(y))  # the batch at the front, as MemoryLoss passes it
+    ours = build("softbin_ap", include_query=include_query)(e, y, ref, ref_y, self_index=own)
     close(ours, loop_softbin(e, y, 20, include_query, ref, ref_y, n_self=len(y)))
     # ref = the batch itself gives the in-batch value
     loss = build("softbin_ap", include_query=include_query)
-    close(loss(e, y, e.clone(), y.clone()), loss(e, y))
+    close(loss(e, y, e.clone(), y.clone(), self_index=own), loss(e, y))
 
 
 def exact_ap_of_list(scores, rel):
@@ -216,11 +217,12 @@ def test_fastap_ref_set_path():
     e = unit(len(y), 6, 2).requires_grad_()
     loss = build("fast_ap")
     # ref = batch (memory convention) -> the in-batch (PML) value
-    close(loss(e, y, e.detach(), y), loss(e, y))
+    own = torch.arange(len(y))
+    close(loss(e, y, e.detach(), y, self_index=own), loss(e, y))
     mem, mem_y = unit(25, 6, 3), torch.randint(0, 7, (25,), generator=torch.Generator().manual_seed(2))
     ref, ref_y = torch.cat([e.detach(), mem]), torch.cat([y, mem_y])
     e2 = e.detach().clone().requires_grad_()
-    ours = loss(e, y, ref, ref_y)
+    ours = loss(e, y, ref, ref_y, self_index=own)
     expect = loop_fastap(e2, y, 10, ref, ref_y, n_self=len(y))
     close(ours, expect)
     ours.backward()

@@ -1,7 +1,10 @@
 """Stanford Online Products: a generated replica through the real download -> prepare path."""
 
 import io
+import json
 import shutil
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -12,15 +15,17 @@ from PIL import Image
 from rankrepro.data import datasets, replicas, sources
 from rankrepro.data.datasets import sop
 from rankrepro.data.manifest import read_manifest
+from rankrepro.registry import UnknownNameError
 
 CLASSES_PER_SUPER = 3
+SOP = datasets.load("sop")
 
 
 @pytest.fixture(scope="module")
 def replica(tmp_path_factory):
     """(archive path, checksum) of a small SOP replica."""
     archive = tmp_path_factory.mktemp("replica") / "sop_replica.zip"
-    checksum = replicas.make_sop_replica(archive, classes_per_super=CLASSES_PER_SUPER, seed=1)
+    checksum = SOP.make_replica(archive, classes_per_super=CLASSES_PER_SUPER, seed=1)
     return archive, checksum
 
 
@@ -51,17 +56,33 @@ def listed_rows_of(extracted):
 
 def test_registry():
     assert "sop" in datasets.names()
-    assert datasets.get("sop") is sop
+    assert type(SOP) is sop.SOP and SOP.name == "sop"
+    assert datasets.DATASETS.get("sop").builder is sop.SOP
     with pytest.raises(KeyError, match="sop"):
-        datasets.get("nope")
+        datasets.load("nope")
+    with pytest.raises(UnknownNameError, match="registered: .*sop"):
+        datasets.load("nope")
+    with pytest.raises(RuntimeError, match=r"load\(name\)"):
+        sop.SOP().name  # built directly: no registered name
+
+
+def test_facts_are_json_and_need_no_torch():
+    facts = datasets.facts()["sop"]
+    assert facts == json.loads(json.dumps(facts))
+    assert facts["archive"] == "Stanford_Online_Products.zip" and facts["protocol"] == "same-set"
+    assert facts["levels"] == ["class", "super_class"] and facts["manual"] is False
+    assert facts["checksum"] == "md5:7f73d41a2f44250d4779881525aea32e"
+    code = ("import sys, json; from rankrepro.data import datasets; json.dumps(datasets.facts()); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_replica_is_deterministic_and_in_sop_layout(replica, tmp_path):
     archive, checksum = replica
     assert checksum.startswith("sha256:") and sources.verify(archive, checksum)
     assert archive.with_name(archive.name + ".sha256").read_text().strip() == checksum
-    again = replicas.make_sop_replica(tmp_path / "a.zip", classes_per_super=CLASSES_PER_SUPER, seed=1)
-    other = replicas.make_sop_replica(tmp_path / "b.zip", classes_per_super=CLASSES_PER_SUPER, seed=2)
+    again = SOP.make_replica(tmp_path / "a.zip", classes_per_super=CLASSES_PER_SUPER, seed=1)
+    other = SOP.make_replica(tmp_path / "b.zip", classes_per_super=CLASSES_PER_SUPER, seed=2)
     assert again == checksum != other
     with zipfile.ZipFile(archive) as zf:
         names = set(zf.namelist())
@@ -94,13 +115,13 @@ def test_download_and_prepare_replica(replica, http_server, tmp_path):
     archive, checksum = replica
     url = http_server.add("/sop.zip", archive.read_bytes())
     data_root = tmp_path / "data"
-    path = sop.download(data_root, url=url, checksum=checksum)
+    path = SOP.download(data_root, url=url, checksum=checksum)
     assert path == data_root / "downloads" / "sop" / "Stanford_Online_Products.zip"
-    manifest = sop.prepare(path, tmp_path / "manifest", data_root=data_root, replica=True)
+    manifest = SOP.prepare(path, tmp_path / "manifest", data_root=data_root, replica=True)
 
     assert manifest.root == (data_root / "sop" / "Stanford_Online_Products").resolve()
     assert manifest.meta["levels"] == ["class", "super_class"]
-    assert manifest.meta["protocol"] == "same_set" and manifest.meta["replica"] is True
+    assert manifest.meta["protocol"] == "same-set" and manifest.meta["replica"] is True
     assert manifest.meta["super_class_names"] == sop.SUPER_CLASS_NAMES
     for split in ("train", "test"):
         rows = listed_rows(archive, split)
@@ -119,13 +140,13 @@ def test_download_and_prepare_replica(replica, http_server, tmp_path):
     pd.testing.assert_frame_equal(again.table, manifest.table)
     assert again.meta == manifest.meta
     # a second prepare reuses the extracted copy
-    assert sop.prepare(path, tmp_path / "manifest2", data_root=data_root, replica=True).root == manifest.root
+    assert SOP.prepare(path, tmp_path / "manifest2", data_root=data_root, replica=True).root == manifest.root
 
 
 @pytest.mark.parametrize("form", ["parent", "top"])
 def test_prepare_from_extracted_folder(extracted, tmp_path, form):
     source = extracted if form == "parent" else extracted / "Stanford_Online_Products"
-    manifest = sop.prepare(source, tmp_path / "m", data_root=tmp_path / "unused", replica=True)
+    manifest = SOP.prepare(source, tmp_path / "m", data_root=tmp_path / "unused", replica=True)
     assert manifest.root == (extracted / "Stanford_Online_Products").resolve()
     assert len(manifest.table) == len(listed_rows_of(extracted))
     assert not (tmp_path / "unused").exists()
@@ -133,7 +154,7 @@ def test_prepare_from_extracted_folder(extracted, tmp_path, form):
 
 def test_real_counts_enforced(extracted, tmp_path):
     with pytest.raises(ValueError, match=r"SOP train: expected 59,551 images, found \d+"):
-        sop.prepare(extracted, tmp_path / "m", data_root=tmp_path)
+        SOP.prepare(extracted, tmp_path / "m", data_root=tmp_path)
     assert not (tmp_path / "m" / "meta.json").exists()
 
 
@@ -143,13 +164,13 @@ def test_missing_image_reported(extracted, tmp_path):
     first = listed_rows_of(copy)[0].split(" ")[3]
     (copy / "Stanford_Online_Products" / first).unlink()
     with pytest.raises(FileNotFoundError, match=f"1 listed images are missing .*{first}"):
-        sop.prepare(copy, tmp_path / "m", data_root=tmp_path, replica=True)
+        SOP.prepare(copy, tmp_path / "m", data_root=tmp_path, replica=True)
     assert not (tmp_path / "m" / "meta.json").exists()
 
 
 def test_not_an_sop_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="Ebay_train.txt"):
-        sop.prepare(tmp_path, tmp_path / "m", data_root=tmp_path)
+        SOP.prepare(tmp_path, tmp_path / "m", data_root=tmp_path)
 
 
 def test_bad_header(extracted, tmp_path):
@@ -158,4 +179,4 @@ def test_bad_header(extracted, tmp_path):
     split = copy / "Stanford_Online_Products" / "Ebay_test.txt"
     split.write_text(split.read_text().replace("class_id super_class_id", "class super", 1))
     with pytest.raises(ValueError, match="header"):
-        sop.prepare(copy, tmp_path / "m", data_root=tmp_path, replica=True)
+        SOP.prepare(copy, tmp_path / "m", data_root=tmp_path, replica=True)

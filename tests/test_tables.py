@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rankrepro.experiments.resolve import resolve_run, run_id
+from rankrepro.experiments.plan import PlanError, load_spec, make_plan, resolve_run, run_id, spec_names
 from rankrepro.tables.render import REPLICA_NOTE, render
-from rankrepro.tables.spec import load_spec, plan, plan_table, spec_names
 
 PAPERS = Path(__file__).resolve().parents[2] / "shared" / "papers"
 
@@ -32,21 +31,25 @@ def test_suprank_table1_numbers_match_the_paper_text():
         assert numbers == row["paper"], row["method"]
 
 
+def _plan(overrides=None):
+    return make_plan({"suprank": ["table1"]}, overrides)
+
+
 def test_cells_share_runs_and_pending_cells_say_why():
-    spec = load_spec("suprank", "table1")
-    cells, runs = plan_table(spec)
-    smooth = [c for c in cells if spec["rows"][c.row]["loss"]["name"] == "smooth_ap"]
-    sop = [c for c in smooth if spec["columns"][c.column]["setup"] == "suprank_sop"]
-    assert len(sop) == 2 and sop[0].run_ids == sop[1].run_ids and len(sop[0].run_ids) == 1
-    inat = [c for c in smooth if spec["columns"][c.column]["setup"] == "suprank_inat"]
-    assert all(c.pending and "not implemented" in c.pending for c in inat)
+    plan = _plan()
+    spec, cells, runs = plan["tables"]["suprank/table1"]["spec"], plan["tables"]["suprank/table1"]["cells"], plan["runs"]
+    smooth = [c for c in cells if spec["rows"][c["row"]]["loss"]["name"] == "smooth_ap"]
+    sop = [c for c in smooth if spec["columns"][c["column"]]["setup"] == "suprank_sop"]
+    assert len(sop) == 2 and sop[0]["run_ids"] == sop[1]["run_ids"] and len(sop[0]["run_ids"]) == 1
+    inat = [c for c in smooth if spec["columns"][c["column"]]["setup"] == "suprank_inat"]
+    assert all(c["pending"] and "not implemented" in c["pending"] for c in inat)
     expected = resolve_run("suprank_sop", {"name": "smooth_ap", "tau": 0.01})
     assert run_id(expected) in runs
 
 
 def test_overrides_change_the_run_id():
-    base = plan({"suprank": ["table1"]})[1]
-    demo = plan({"suprank": ["table1"]}, {"epochs": 1})[1]
+    base = _plan()["runs"]
+    demo = _plan({"epochs": 1, "warmup_epochs": 0})["runs"]
     assert set(base).isdisjoint(demo)
     assert all(run["epochs"] == 1 for run in demo.values())
 
@@ -59,9 +62,9 @@ def _fake_metrics(runs_dir, runs, r1, map_r, replica):
 
 
 def test_render_puts_paper_ours_and_difference_side_by_side(tmp_path):
-    _, runs = plan({"suprank": ["table1"]})
-    _fake_metrics(tmp_path / "runs", runs, 0.8123, 0.5, replica=False)
-    rows = render("suprank", "table1", tmp_path / "runs", tmp_path / "out" / "table1")
+    plan = _plan()
+    _fake_metrics(tmp_path / "runs", plan["runs"], 0.8123, 0.5, replica=False)
+    rows = render(plan["tables"]["suprank/table1"], tmp_path / "runs", tmp_path / "out" / "table1")
     smooth_r1 = next(r for r in rows if r["method"].startswith("Smooth-AP") and r["column"] == "SOP R@1")
     assert smooth_r1["paper"] == 80.9 and smooth_r1["ours"] == 81.23 and smooth_r1["diff"] == pytest.approx(0.33)
     md = (tmp_path / "out" / "table1.md").read_text()
@@ -75,15 +78,15 @@ def test_render_puts_paper_ours_and_difference_side_by_side(tmp_path):
 
 
 def test_replica_tables_say_so(tmp_path):
-    _, runs = plan({"suprank": ["table1"]})
-    _fake_metrics(tmp_path / "runs", runs, 0.1, 0.05, replica=True)
-    render("suprank", "table1", tmp_path / "runs", tmp_path / "t")
+    plan = _plan()
+    _fake_metrics(tmp_path / "runs", plan["runs"], 0.1, 0.05, replica=True)
+    render(plan["tables"]["suprank/table1"], tmp_path / "runs", tmp_path / "t")
     assert REPLICA_NOTE in (tmp_path / "t.md").read_text()
     assert "Replica data" in (tmp_path / "t.tex").read_text()
 
 
 def test_unknown_table_is_a_clear_error():
-    with pytest.raises(FileNotFoundError, match="known"):
+    with pytest.raises(PlanError, match=r"no table spec suprank/table99 .*known: suprank/table1"):
         load_spec("suprank", "table99")
 
 

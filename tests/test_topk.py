@@ -100,7 +100,7 @@ def test_paper_figure_2_case_n_pos_below_k():
              (0.55, True), (0.5, False), (0.4, True), (0.3, False)]
     for margin in (0.0, 0.1):
         q, y, ref, ref_y = one_query(items, margin)
-        loss = TopKPrecisionLoss(k=6, margin=margin, ref_includes_batch=False)(q, y, ref, ref_y)
+        loss = TopKPrecisionLoss(k=6, margin=margin)(q, y, ref, ref_y)
         assert loss.item() == pytest.approx(0.30, abs=1e-6)
 
 
@@ -110,7 +110,7 @@ def test_paper_figure_3_case_n_pos_at_least_k():
              (0.55, True), (0.53, True), (0.5, False), (0.4, True), (0.3, False)]
     for margin in (0.0, 0.2):
         q, y, ref, ref_y = one_query(items, margin)
-        loss = TopKPrecisionLoss(k=5, margin=margin, ref_includes_batch=False)(q, y, ref, ref_y)
+        loss = TopKPrecisionLoss(k=5, margin=margin)(q, y, ref, ref_y)
         assert loss.item() == pytest.approx(0.37, abs=1e-6)
 
 
@@ -118,8 +118,8 @@ def test_margin_is_added_to_negatives():
     """A negative 0.05 below a positive is inside the 0.1 margin: l_1 = (s_n + 0.1) - s_p."""
     items = [(0.6, True), (0.55, False), (0.2, False)]
     q, y, ref, ref_y = one_query(items)  # margin 0 here: s = s_hat
-    assert TopKPrecisionLoss(k=1, margin=0.0, ref_includes_batch=False)(q, y, ref, ref_y).item() == 0.0
-    got = TopKPrecisionLoss(k=1, margin=0.1, ref_includes_batch=False)(q, y, ref, ref_y).item()
+    assert TopKPrecisionLoss(k=1, margin=0.0)(q, y, ref, ref_y).item() == 0.0
+    got = TopKPrecisionLoss(k=1, margin=0.1)(q, y, ref, ref_y).item()
     assert got == pytest.approx(0.55 + 0.1 - 0.6, abs=1e-6)
 
 
@@ -154,9 +154,9 @@ def test_official_hard_topk_matches_transcription():
     # the extra term makes a perfect case-1 ranking (n+ < k) non-zero
     items = [(0.9, True), (0.3, False), (0.2, False), (0.1, False)]
     q, yq, ref_e, ref_y = one_query(items)
-    off = TopKPrecisionLoss(k=3, margin=0.0, official_hard_topk=True, ref_includes_batch=False)
+    off = TopKPrecisionLoss(k=3, margin=0.0, official_hard_topk=True)
     assert off(q, yq, ref_e, ref_y).item() > 1e-3
-    paper = TopKPrecisionLoss(k=3, margin=0.0, ref_includes_batch=False)
+    paper = TopKPrecisionLoss(k=3, margin=0.0)
     assert paper(q, yq, ref_e, ref_y).item() == pytest.approx(0.0, abs=1e-6)
 
 
@@ -222,7 +222,7 @@ def test_gradient_direction_on_scores():
     for k in (2, 5, 8):  # n+ = 5: both cases
         for _ in range(4):
             scores = (0.5 + 0.1 * torch.randn(1, n, generator=g)).requires_grad_()
-            loss = TopKPrecisionLoss(k=k, ref_includes_batch=False)(scores, torch.tensor([0]), ref, ref_y)
+            loss = TopKPrecisionLoss(k=k)(scores, torch.tensor([0]), ref, ref_y)
             (grad,) = torch.autograd.grad(loss, scores)
             assert (grad[0, pos] <= 0).all() and (grad[0, ~pos] >= 0).all()
             if loss.item() > 0:
@@ -259,7 +259,8 @@ def test_ref_set_starting_with_batch():
     mem, mem_y = unit(30, 6, 5), torch.randint(0, 8, (30,), generator=torch.Generator().manual_seed(2))
     ref = torch.cat([e.detach(), mem]).requires_grad_()
     ref_y = torch.cat([y, mem_y])
-    ours = build("topk_precision")(e, y, ref, ref_y)
+    own = torch.arange(len(y))  # the batch at the front of the reference set, as MemoryLoss says
+    ours = build("topk_precision")(e, y, ref, ref_y, self_index=own)
     expect = loop_loss(e2, y, 5, 0.1, ref=ref, ref_labels=ref_y, ref_has_batch=True)
     torch.testing.assert_close(ours.double(), expect, atol=1e-5, rtol=1e-5)
     ours.backward()
@@ -267,30 +268,12 @@ def test_ref_set_starting_with_batch():
     torch.testing.assert_close(e.grad.double(), e2.grad.double(), atol=1e-5, rtol=1e-4)
     assert ref.grad is None
     # detached batch as ref == in-batch value
-    torch.testing.assert_close(build("topk_precision")(e, y, e.detach(), y), build("topk_precision")(e, y))
+    torch.testing.assert_close(build("topk_precision")(e, y, e.detach(), y, self_index=own),
+                               build("topk_precision")(e, y))
     # a ref set without the batch
-    other = build("topk_precision", ref_includes_batch=False)(e, y, mem, mem_y)
+    other = build("topk_precision")(e, y, mem, mem_y)  # no self_index: the reference set holds no query
     torch.testing.assert_close(other.double(), loop_loss(e, y, 5, 0.1, ref=mem, ref_labels=mem_y),
                                atol=1e-5, rtol=1e-5)
-
-
-def test_memory_wrapper_and_saved_tensor_sizes():
-    loss = build("topk_precision", memory={"size": 512})
-    B = 256
-    y = torch.arange(B // 4).repeat_interleave(4)
-    sizes = []
-
-    def pack(t):
-        sizes.append(t.numel())
-        return t
-
-    for seed in range(2):
-        e = unit(B, 32, seed).requires_grad_()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = loss(e, y)
-        out.backward()
-        assert torch.isfinite(e.grad).all()
-    assert max(sizes) < B**3 / 4
 
 
 # ---------------------------------------------------------------------------- registry

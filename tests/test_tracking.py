@@ -10,7 +10,7 @@ import pytest
 import requests
 from mlflow.tracking import MlflowClient
 
-from rankrepro.tracking import RUN_TAG, flatten, import_runs, metric_key, resolve_tracking_uri
+from rankrepro.tracking import HASH_TAG, RUN_TAG, flatten, import_runs, metric_key, resolve_tracking_uri
 
 
 def _run_dir(root, name, loss=0.5):
@@ -110,3 +110,81 @@ def test_import_into_a_real_mlflow_server(tmp_path, mlflow_server):
     import_runs([run], [_table(tmp_path)], mlflow_server, "served", tmp_path / "imported.json")
     _check_store(mlflow_server, "served", run.name)
     assert (tmp_path / "server-artifacts").exists()
+
+
+# The child imports with MlflowClient.create_run patched to SIGKILL its own process right after the
+# n-th run is created (this hook lives only here, not in the package).
+_KILLED_IMPORT = """
+import os, signal, sys
+from mlflow.tracking import MlflowClient
+from rankrepro.tracking import import_runs
+
+run_dir, table, uri, out, kill_at = sys.argv[1:]
+original, calls = MlflowClient.create_run, []
+
+def create_run(self, *args, **kwargs):
+    run = original(self, *args, **kwargs)
+    calls.append(run)
+    if len(calls) == int(kill_at):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return run
+
+MlflowClient.create_run = create_run
+import_runs([run_dir], [table], uri, "exp", out)
+"""
+
+
+def _runs_for(client, exp_id, key, view="active"):
+    from mlflow.entities import ViewType
+
+    view_type = {"active": ViewType.ACTIVE_ONLY, "all": ViewType.ALL}[view]
+    return client.search_runs([exp_id], filter_string=f"tags.`{RUN_TAG}` = '{key}'", run_view_type=view_type)
+
+
+@pytest.mark.parametrize("kill_at", [1, 2], ids=["run", "table"])
+def test_import_killed_after_create_run_is_redone(tmp_path, kill_at):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run = _run_dir(tmp_path / "runs", "sop-smooth_ap-feedc0ffee")
+    table = _table(tmp_path)
+    key = run.name if kill_at == 1 else f"table:{table.parent.name}/{table.name}"
+    child = subprocess.run([sys.executable, "-c", _KILLED_IMPORT, str(run), str(table), uri,
+                            str(tmp_path / "imported.json"), str(kill_at)], capture_output=True, text=True,
+                           timeout=300)
+    assert child.returncode == -9, child.stderr  # killed by its own SIGKILL, not failed otherwise
+    assert not (tmp_path / "imported.json").exists()
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("exp")
+    (left,) = _runs_for(client, exp.experiment_id, key)  # the interrupted import's empty run
+    assert left.info.status == "RUNNING" and not left.data.params and not left.data.metrics
+
+    imported = import_runs([run], [table], uri, "exp", tmp_path / "imported.json")
+    (done,) = _runs_for(client, exp.experiment_id, key)
+    assert done.info.run_id == imported[key] != left.info.run_id
+    assert done.info.status == "FINISHED" and done.data.tags[HASH_TAG]
+    assert client.get_run(left.info.run_id).info.lifecycle_stage == "deleted"
+    assert {r.info.run_id for r in _runs_for(client, exp.experiment_id, key, "all")} == {left.info.run_id,
+                                                                                       done.info.run_id}
+    if kill_at == 1:
+        _check_store(uri, "exp", run.name)
+    else:
+        assert {a.path for a in client.list_artifacts(done.info.run_id, "table")} == {
+            "table/table1.md", "table/table1.csv", "table/table1.tex"}
+    # and the completed import is kept as it is by the next one
+    assert import_runs([run], [table], uri, "exp", tmp_path / "imported.json") == imported
+
+
+def test_run_without_hash_or_not_finished_is_not_kept(tmp_path):
+    """Runs as an older importer or an interrupted one leaves them: hash tag but RUNNING, or
+    FINISHED without the hash tag; both are replaced."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run = _run_dir(tmp_path / "runs", "sop-smooth_ap-0badc0ffee")
+    first = import_runs([run], [], uri, "exp", tmp_path / "imported.json")[run.name]
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = client.get_experiment_by_name("exp").experiment_id
+    content_hash = client.get_run(first).data.tags[HASH_TAG]
+    stale = client.create_run(exp_id, tags={RUN_TAG: run.name, HASH_TAG: content_hash}).info.run_id  # RUNNING
+    client.delete_tag(first, HASH_TAG)  # FINISHED, no hash
+    again = import_runs([run], [], uri, "exp", tmp_path / "imported.json")[run.name]
+    assert again not in (first, stale)
+    assert [r.info.run_id for r in _runs_for(client, exp_id, run.name)] == [again]
+    _check_store(uri, "exp", run.name)

@@ -5,19 +5,19 @@ import json
 import pytest
 import torch
 
-from rankrepro.data.datasets import sop
-from rankrepro.data.replicas import make_sop_replica
+from rankrepro.data import datasets
 from rankrepro.engine import train as train_module
 from rankrepro.engine.evaluate import evaluate
 from rankrepro.engine.train import NonFiniteLossError, train
-from rankrepro.experiments.resolve import resolve_run
+from rankrepro.experiments.plan import resolve_run
 
 
 @pytest.fixture(scope="module")
 def manifest_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("sop")
     archive = root / "replica.zip"
-    make_sop_replica(archive, classes_per_super=2, images_per_class=(4, 4), image_size=16)
+    sop = datasets.load("sop")
+    sop.make_replica(archive, classes_per_super=2, images_per_class=(4, 4), image_size=16)
     sop.prepare(archive, root / "manifest", data_root=root / "data", replica=True)
     return root / "manifest"
 

@@ -84,6 +84,45 @@ def test_bad_config_is_an_error_naming_the_key(tmp_path, bad, key):
     assert key in result.stderr + result.stdout
 
 
+@pytest.mark.parametrize("config, key", [
+    ('run_overrides={"epochz": 3}', r"run_overrides: \(top level\): Additional properties are not allowed \('epochz'"),
+    ('run_overrides={"epochs": 3}', r"run_overrides: epochs: '3' is not of type 'integer'"),  # --config makes it "3"
+    ('run_overrides={"loss": {"tau": 0}}', r"loss.tau: loss 'fast_ap' takes no parameter 'tau'"),
+    ('run_overrides={"loss": {"name": "smoth_ap"}}', r"unknown loss 'smoth_ap'"),
+])
+def test_a_bad_run_override_fails_the_dry_run_naming_the_key(tmp_path, config, key):
+    import re
+
+    result = smk(workflow_copy(tmp_path), "-n", "--cores", "1", "--config", config)
+    assert result.returncode != 0
+    assert re.search(key, result.stderr + result.stdout), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+
+
+def test_shell_parameters_are_quoted(tmp_path, http_server):
+    """A URL with quotes, a semicolon and spaces, and a data root with a space and a quote, reach the
+    download command as single arguments: the download succeeds and nothing else runs."""
+    import requests
+    import yaml
+
+    wf = workflow_copy(tmp_path)
+    archive = tmp_path / "replica.zip"
+    made = subprocess.run([sys.executable, "-m", "rankrepro", "replica", "sop", "--out", str(archive)],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    checksum = Path(f"{archive}.sha256").read_text().strip()
+    url = http_server.url("/sop.zip?x=';touch pwned;'&y=a b")
+    http_server.add(requests.utils.requote_uri(url).split(str(http_server.port), 1)[1], archive.read_bytes())
+    data_root = "data dir/it's"
+    (wf / "quoted.yaml").write_text(yaml.safe_dump({"data_root": data_root,
+                                                    "datasets": {"sop": {"url": url, "checksum": checksum}}}))
+    target = f"{data_root}/downloads/sop/Stanford_Online_Products.zip"
+    result = smk(wf, "--cores", "1", "--configfile", "quoted.yaml", "--", target)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (wf / target).read_bytes() == archive.read_bytes()
+    assert not list(wf.rglob("pwned")) and not (Path.cwd() / "pwned").exists()
+
+
 @pytest.mark.slow
 def test_demo_profile_end_to_end(tmp_path):
     wf = workflow_copy(tmp_path)

@@ -15,28 +15,31 @@ def _json(path: str) -> dict:
 def cmd_replica(args) -> None:
     from rankrepro.data import datasets
 
-    checksum = datasets.get(args.dataset).make_replica(args.out)
+    checksum = datasets.load(args.dataset).make_replica(args.out)
     print(f"wrote replica {args.out} ({checksum})")
 
 
 def cmd_download(args) -> None:
-    from rankrepro.data import datasets
+    """Exit status 3: checksum mismatch, 4: manual download required, 5: download failed after
+    the in-job retries (rankrepro.data.sources.exit_codes); a rerun at once would not help."""
+    from rankrepro.data import datasets, sources
 
-    module = datasets.get(args.dataset)
-    url, checksum = args.url or module.URL, args.checksum or module.CHECKSUM
+    url, checksum = args.url, args.checksum
     if args.replica_archive:
         archive = Path(args.replica_archive).resolve()
-        url = archive.as_uri()
-        checksum = Path(f"{archive}.sha256").read_text().strip()
-    path = module.download(args.data_root, url=url, checksum=checksum)
-    print(f"downloaded {url} -> {path}")
+        url, checksum = archive.as_uri(), Path(f"{archive}.sha256").read_text().strip()
+    with sources.exit_codes():
+        path = datasets.load(args.dataset).download(args.data_root, url=url, checksum=checksum)
+    print(f"downloaded {url or 'the dataset'} -> {path}")
 
 
 def cmd_prepare(args) -> None:
-    from rankrepro.data import datasets
+    """Exit status 3: the archive no longer matches its checksum (see cmd_download)."""
+    from rankrepro.data import datasets, sources
 
-    manifest = datasets.get(args.dataset).prepare(args.source, args.out, data_root=args.data_root,
-                                                  replica=args.replica)
+    with sources.exit_codes():
+        manifest = datasets.load(args.dataset).prepare(args.source, args.out, data_root=args.data_root,
+                                                       replica=args.replica)
     print(json.dumps(manifest.meta["counts"]))
 
 
@@ -75,9 +78,36 @@ def cmd_evaluate(args) -> None:
 def cmd_table(args) -> None:
     from rankrepro.tables.render import render
 
-    overrides = json.loads(args.overrides) if args.overrides else None
-    render(args.paper, args.table, args.runs_dir, args.out_prefix, overrides)
+    render(_json(args.plan), args.runs_dir, args.out_prefix)
     print(Path(args.out_prefix).with_suffix(".md").read_text())
+
+
+def cmd_plan(args) -> None:
+    import yaml
+
+    from rankrepro.experiments.plan import PlanError, make_plan, write_plan
+
+    config = yaml.safe_load(Path(args.config).read_text())
+    try:
+        plan = make_plan(config.get("tables", {}), config.get("run_overrides") or {}, config.get("datasets") or {},
+                         specs_dir=config.get("specs_dir"), setups_dir=config.get("setups_dir"))
+    except PlanError as err:
+        sys.exit(f"invalid plan: {err}")
+    path = write_plan(plan, args.out)
+    print(f"{len(plan['runs'])} runs, {len(plan['tables'])} tables -> {path}")
+
+
+def cmd_catalog(args) -> None:
+    from rankrepro import catalog
+
+    if args.check:
+        try:
+            catalog.check()
+        except catalog.CatalogError as err:
+            sys.exit(str(err))
+        print(f"{catalog.CATALOG_PATH} matches the code")
+    else:
+        print(f"wrote {catalog.write()}")
 
 
 def cmd_track(args) -> None:
@@ -104,15 +134,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_replica)
 
-    p = sub.add_parser("download", help="download and verify a dataset archive (resumable)")
+    p = sub.add_parser("download", help="download and verify a dataset archive (resumable); exit status "
+                       "3: checksum mismatch, 4: manual download required, 5: download failed")
     p.add_argument("dataset")
     p.add_argument("--data-root", required=True)
-    p.add_argument("--url")
-    p.add_argument("--checksum", help="md5:<hex> or sha256:<hex>")
+    p.add_argument("--url", help="default: the dataset's")
+    p.add_argument("--checksum", help="md5:<hex> or sha256:<hex> (default: the dataset's)")
     p.add_argument("--replica-archive", help="download this generated replica (file://) instead")
     p.set_defaults(func=cmd_download)
 
-    p = sub.add_parser("prepare", help="extract a dataset and write its manifest")
+    p = sub.add_parser("prepare", help="re-verify and extract a dataset, write its manifest; exit status 3: "
+                       "the archive no longer matches its checksum")
     p.add_argument("dataset")
     p.add_argument("--source", required=True, help="the downloaded archive or an already-extracted copy")
     p.add_argument("--data-root", required=True)
@@ -141,12 +173,19 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--batch-size", type=int, default=256)
 
     p = sub.add_parser("table", help="render a paper table (paper vs ours)")
-    p.add_argument("paper")
-    p.add_argument("table")
+    p.add_argument("--plan", required=True, help="the table's plan: results/plan/tables/<paper>/<table>.json")
     p.add_argument("--runs-dir", required=True)
     p.add_argument("--out-prefix", required=True)
-    p.add_argument("--overrides", help="the config's run_overrides as JSON")
     p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("plan", help="write the plan of a config file (what the Snakefile does at start)")
+    p.add_argument("--config", default="config.yaml")
+    p.add_argument("--out", default="results/plan")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("catalog", help="rewrite src/rankrepro/catalog.json from the registries (or --check it)")
+    p.add_argument("--check", action="store_true", help="fail when the catalog does not match the code")
+    p.set_defaults(func=cmd_catalog)
 
     p = sub.add_parser("track", help="import finished runs and tables into MLflow")
     p.add_argument("--runs", nargs="*", default=[], help="run directories")
@@ -158,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_track)
 
     p = sub.add_parser("bench", help="benchmarks that write results/bench/<what>.md")
-    p.add_argument("what", choices=["losses", "metrics"])
+    p.add_argument("what", choices=["losses", "metrics", "plan"])
     p.add_argument("--out", default="results/bench")
     p.add_argument("--device", help="cpu or cuda (metrics: default cpu, writes metrics-cuda.md on cuda; "
                    "losses: default every device present)")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 __all__ = ["Registry", "Entry", "Parameter", "UnknownNameError", "ParameterError", "json_types",
-           "check_json_type"]
+           "check_json_type", "check_parameters"]
 
 
 class UnknownNameError(KeyError, ValueError):
@@ -150,45 +150,57 @@ class Entry:
             out[p.name] = Parameter(p.name, default, required, types)
         return out
 
-    def check(self, params: dict, where: str = "") -> None:
-        """Raise :class:`ParameterError` for unknown, missing or mistyped parameters.
-
-        ``where`` prefixes the message (e.g. the file and key the parameters come from)."""
-        prefix = f"{where}: " if where else ""
-        accepted = self.parameters()
-        bad_context = sorted(set(params) & set(self.context))
-        if bad_context:
-            raise ParameterError(f"{prefix}{self.kind} {self.name!r}: {', '.join(bad_context)} is set by the "
-                                 "trainer from the data; remove it")
-        fixed = sorted(set(params) & set(self.fixed))
-        if fixed:
-            raise ParameterError(f"{prefix}{self.kind} {self.name!r} fixes {', '.join(f'{k}={self.fixed[k]!r}' for k in fixed)}"
-                                 "; register another name for another value")
-        unknown = sorted(set(params) - set(accepted))
-        if unknown and not self.accepts_any:
-            raise ParameterError(f"{prefix}{self.kind} {self.name!r} takes no parameter "
-                                 f"{', '.join(map(repr, unknown))}; allowed: {', '.join(accepted) or '(none)'}")
-        missing = [k for k, p in accepted.items() if p.required and k not in params]
-        if missing:
-            raise ParameterError(f"{prefix}{self.kind} {self.name!r} needs {', '.join(map(repr, missing))}")
-        for key, value in params.items():
-            p = accepted.get(key)
-            if p is not None and not check_json_type(value, p.types):
-                raise ParameterError(f"{prefix}{self.kind} {self.name!r}: {key} must be "
-                                     f"{' or '.join(p.types)}, got {value!r} ({' '.join(json_types(value))})")
+    def check(self, params: dict, where: str = "", complete: bool = False) -> None:
+        """:func:`check_parameters` against this entry (``where``: the file and key the parameters come from;
+        ``complete``: every parameter must be given, defaults included -- a resolved run)."""
+        check_parameters(self.kind, self.name, self.as_json(), params, where, complete)
 
     def defaults(self) -> dict:
         """{parameter: default} of the parameters that have one."""
         return {k: p.default for k, p in self.parameters().items() if not p.required}
 
-    def build(self, *args, context: dict | None = None, **params):
+    def as_json(self) -> dict:
+        """The entry as the catalog stores it: target, fixed keywords, parameters, accepts_any."""
+        return {"target": self.target, "fixed": self.fixed, "accepts_any": self.accepts_any,
+                "parameters": {k: p.as_json() for k, p in self.parameters().items()}}
+
+    def build(self, *args, context: dict | None = None, complete: bool = False, **params):
         """``builder(*args, **fixed, **params, **context)`` after :meth:`check`.
 
         ``context`` entries are passed only when the builder accepts them."""
-        self.check(params)
+        self.check(params, complete=complete)
         names = {p.name for p in self.signature_parameters()}
         extra = {k: v for k, v in (context or {}).items() if k in names or self.accepts_any}
         return self.builder(*args, **self.fixed, **params, **extra)
+
+
+def check_parameters(kind: str, name: str, entry: dict, params: dict, where: str = "",
+                     complete: bool = False, partial: bool = False) -> None:
+    """Raise :class:`ParameterError` unless ``params`` suit ``entry`` (an entry as the catalog stores it).
+
+    Unknown names (unless the builder takes ``**kwargs``), fixed keywords, missing required
+    parameters (every parameter when ``complete``) and values of the wrong JSON type fail,
+    the message prefixed by ``where``; ``partial`` skips the missing-parameter check."""
+    prefix = f"{where}: " if where else ""
+    accepted = entry["parameters"]
+    fixed = {k: v for k, v in entry["fixed"].items() if k in params}
+    if fixed:
+        given = ", ".join(f"{k}={v!r}" for k, v in fixed.items())
+        raise ParameterError(f"{prefix}{kind} {name!r} fixes {given}; register another name for another value")
+    unknown = sorted(set(params) - set(accepted))
+    if unknown and not entry["accepts_any"]:
+        raise ParameterError(f"{prefix}{kind} {name!r} takes no parameter {', '.join(map(repr, unknown))}; "
+                             f"allowed: {', '.join(accepted) or '(none)'}")
+    missing = [] if partial else [k for k, p in accepted.items() if (p.get("required") or complete) and k not in params]
+    if missing:
+        hint = (" (a resolved run pins every default: it was planned with a catalog that lacks them; "
+                "run `python -m rankrepro catalog` and plan again)" if complete else "")
+        raise ParameterError(f"{prefix}{kind} {name!r} needs {', '.join(map(repr, missing))}{hint}")
+    for key, value in params.items():
+        types = accepted.get(key, {}).get("types")
+        if not check_json_type(value, types):
+            raise ParameterError(f"{prefix}{kind} {name!r}: {key} must be {' or '.join(types)}, "
+                                 f"got {value!r} ({' '.join(json_types(value)) or type(value).__name__})")
 
 
 class Registry:
@@ -252,20 +264,16 @@ class Registry:
             raise UnknownNameError(f"unknown {self.kind} {name!r}; registered: "
                                    f"{', '.join(sorted(self._entries)) or '(none)'}") from None
 
-    def build(self, name: str, *args, context: dict | None = None, **params):
+    def build(self, name: str, *args, context: dict | None = None, complete: bool = False, **params):
         """Build ``name`` with ``params`` (checked) and the caller's ``context``."""
-        return self.get(name).build(*args, context=context, **params)
+        return self.get(name).build(*args, context=context, complete=complete, **params)
 
-    def build_block(self, block: dict, *args, context: dict | None = None):
-        """Build from a run's component block ``{"name": ..., **params}``."""
+    def build_block(self, block: dict, *args, context: dict | None = None, complete: bool = False):
+        """Build from a component block ``{"name": ..., **params}`` (``complete``: a resolved run's block,
+        which must pin every parameter)."""
         params = dict(block)
-        return self.build(params.pop("name"), *args, context=context, **params)
+        return self.build(params.pop("name"), *args, context=context, complete=complete, **params)
 
     def catalog(self) -> dict:
         """{name: {target, fixed, parameters: {p: {default | required, types}}, accepts_any}} (JSON)."""
-        out = {}
-        for name in self.names():
-            entry = self._entries[name]
-            out[name] = {"target": entry.target, "fixed": entry.fixed, "accepts_any": entry.accepts_any,
-                         "parameters": {k: p.as_json() for k, p in entry.parameters().items()}}
-        return out
+        return {name: self._entries[name].as_json() for name in self.names()}

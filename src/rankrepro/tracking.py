@@ -5,7 +5,9 @@ Training and evaluation jobs write plain files (``run.json``, ``history.csv``,
 mirrors them into MLflow: params (the flattened run), per-epoch metrics (step =
 epoch), final metrics, and the files as artifacts; each rendered table becomes a
 run of its own with its files as artifacts. Importing is idempotent: a run whose
-files did not change is kept, a changed one is replaced.
+files did not change is kept, a changed one is replaced. The content hash that
+marks a run up to date is written last, with the FINISHED status, so a run left
+by an interrupted import is replaced too.
 
 ``tracking_uri`` is any MLflow URI: ``sqlite:///relative/path.db`` (resolved
 against the working directory), ``sqlite:////absolute.db`` or ``http://host:port``
@@ -68,62 +70,74 @@ def _experiment_id(client, name: str, artifact_root: Path | None) -> str:
 
 
 def _replace_or_keep(client, exp_id: str, key: str, content_hash: str) -> str | None:
-    """The id of an up-to-date MLflow run for ``key``; stale ones are deleted."""
+    """The id of a complete, up-to-date MLflow run for ``key``; every other run for ``key`` is deleted.
+
+    Complete means FINISHED and carrying the content hash, which :func:`_mirror` writes last: a run
+    left behind by an interrupted import (RUNNING, or without the hash) is never kept."""
+    from mlflow.entities import RunStatus
+
     kept = None
     for existing in client.search_runs([exp_id], filter_string=f"tags.`{RUN_TAG}` = '{key}'"):
-        if kept is None and existing.data.tags.get(HASH_TAG) == content_hash:
+        complete = (existing.info.status == RunStatus.to_string(RunStatus.FINISHED)
+                    and existing.data.tags.get(HASH_TAG) == content_hash)
+        if kept is None and complete:
             kept = existing.info.run_id
         else:
             client.delete_run(existing.info.run_id)
     return kept
 
 
-def _import_run(client, exp_id: str, run_dir: Path) -> str:
-    from mlflow.entities import Metric, Param, RunTag
+def _mirror(client, exp_id: str, key: str, files: list[Path], tags: dict, *, fill=None,
+            artifact_path: str | None = None) -> str:
+    """The MLflow run of ``key`` holding ``files``: kept if complete and up to date, else created anew.
 
-    files = [run_dir / "run.json", run_dir / "history.csv", run_dir / "metrics.json"]
-    key = run_dir.name
+    A new run gets ``tags``, ``fill(run_id)`` (params, metrics), the files as artifacts, and only
+    then the content hash and the FINISHED status: an import killed at any point leaves a run that
+    the next import deletes and redoes."""
     content_hash = _content_hash(files)
     kept = _replace_or_keep(client, exp_id, key, content_hash)
     if kept:
         return kept
+    rid = client.create_run(exp_id, run_name=key, tags={RUN_TAG: key, **tags}).info.run_id
+    if fill is not None:
+        fill(rid)
+    for path in files:
+        client.log_artifact(rid, str(path), artifact_path=artifact_path)
+    client.set_tag(rid, HASH_TAG, content_hash)
+    client.set_terminated(rid, "FINISHED")
+    return rid
+
+
+def _import_run(client, exp_id: str, run_dir: Path) -> str:
+    from mlflow.entities import Metric, Param, RunTag
+
+    files = [run_dir / "run.json", run_dir / "history.csv", run_dir / "metrics.json"]
     run_cfg = json.loads(files[0].read_text())
     result = json.loads(files[2].read_text())
-    tags = {RUN_TAG: key, HASH_TAG: content_hash, "dataset": run_cfg["dataset"], "loss": run_cfg["loss"]["name"],
-            "replica": str(result.get("replica", False))}
-    mlrun = client.create_run(exp_id, run_name=key, tags=tags)
-    rid = mlrun.info.run_id
-    now = int(time.time() * 1000)
-    params = [Param(k, v[:6000]) for k, v in flatten(run_cfg).items()]
-    metrics = []
-    with files[1].open() as fh:
-        for row in csv.DictReader(fh):
-            step = int(row["epoch"])
-            for name in ("loss", "lr_backbone", "lr_head", "seconds", "images_per_s"):
-                metrics.append(Metric(f"train/{name}", float(row[name]), now, step))
-    metrics += [Metric(metric_key(k), float(v), now, 0) for k, v in result["metrics"].items()]
-    for i in range(0, len(params), 100):
-        client.log_batch(rid, params=params[i:i + 100])
-    for i in range(0, len(metrics), 1000):
-        client.log_batch(rid, metrics=metrics[i:i + 1000], tags=[RunTag("kind", "run")] if i == 0 else [])
-    for path in files:
-        client.log_artifact(rid, str(path))
-    client.set_terminated(rid)
-    return rid
+    tags = {"dataset": run_cfg["dataset"], "loss": run_cfg["loss"]["name"], "replica": str(result.get("replica", False))}
+
+    def fill(rid: str) -> None:
+        now = int(time.time() * 1000)
+        params = [Param(k, v[:6000]) for k, v in flatten(run_cfg).items()]
+        metrics = []
+        with files[1].open() as fh:
+            for row in csv.DictReader(fh):
+                step = int(row["epoch"])
+                for name in ("loss", "lr_backbone", "lr_head", "seconds", "images_per_s"):
+                    metrics.append(Metric(f"train/{name}", float(row[name]), now, step))
+        metrics += [Metric(metric_key(k), float(v), now, 0) for k, v in result["metrics"].items()]
+        for i in range(0, len(params), 100):
+            client.log_batch(rid, params=params[i:i + 100])
+        for i in range(0, len(metrics), 1000):
+            client.log_batch(rid, metrics=metrics[i:i + 1000], tags=[RunTag("kind", "run")] if i == 0 else [])
+
+    return _mirror(client, exp_id, run_dir.name, files, tags, fill=fill)
 
 
 def _import_table(client, exp_id: str, prefix: Path) -> str:
     files = [prefix.with_suffix(s) for s in (".md", ".csv", ".tex")]
     key = f"table:{prefix.parent.name}/{prefix.name}"
-    content_hash = _content_hash(files)
-    kept = _replace_or_keep(client, exp_id, key, content_hash)
-    if kept:
-        return kept
-    mlrun = client.create_run(exp_id, run_name=key, tags={RUN_TAG: key, HASH_TAG: content_hash, "kind": "table"})
-    for path in files:
-        client.log_artifact(mlrun.info.run_id, str(path), artifact_path="table")
-    client.set_terminated(mlrun.info.run_id)
-    return mlrun.info.run_id
+    return _mirror(client, exp_id, key, files, {"kind": "table"}, artifact_path="table")
 
 
 def import_runs(run_dirs: list[str | Path], table_prefixes: list[str | Path], tracking_uri: str, experiment: str,

@@ -1,22 +1,27 @@
-# Helpers only (no rules): config validation, the planned runs, input functions.
 import json
-from importlib import resources
 from pathlib import Path
-
+# Helpers only (no rules): config validation, the plan, input functions. Imports no torch:
+# the planner reads the config, the setups, the table specs and the catalog (data), and
+# writes results/plan/; everything below reads that plan.
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from rankrepro.data import datasets as DATASETS
-from rankrepro.tables.spec import plan
+from rankrepro.experiments.plan import PlanError, make_plan, write_plan
 
 validate(config, schema="../schemas/config.schema.yaml")
-for _name, _cfg in config["datasets"].items():
-    if _name not in DATASETS.names():
-        raise ValueError(f"config datasets.{_name}: unknown dataset; known: {DATASETS.names()}")
+try:
+    PLAN = make_plan(config["tables"], config["run_overrides"], config["datasets"],
+                     specs_dir=config["specs_dir"], setups_dir=config["setups_dir"])
+except PlanError as err:
+    raise WorkflowError(f"invalid plan: {err}") from None
 
+PLAN_DIR = "results/plan"
+PLAN_FILE = str(write_plan(PLAN, PLAN_DIR))
 DATA_ROOT = config["data_root"]
 RUNTIME = config["runtime"]
 TRACKING = config["tracking"]
-TABLE_RUNS, RUNS = plan(config["tables"], config["run_overrides"])
+RUNS = PLAN["runs"]
+DATASETS = PLAN["datasets"]
 
 
 wildcard_constraints:
@@ -27,16 +32,22 @@ wildcard_constraints:
     archive="[^/]+",
 
 
+def dataset_plan(name):
+    if name not in DATASETS:
+        raise WorkflowError(f"dataset {name!r} is not in the plan; planned: {', '.join(sorted(DATASETS))}")
+    return DATASETS[name]
+
+
 def dataset_cfg(name):
-    return config["datasets"].get(name, {"replica": False, "extracted": None, "url": None, "checksum": None})
+    return dataset_plan(name)["config"]
 
 
 def archive_path(dataset):
-    return f"{DATA_ROOT}/downloads/{dataset}/{DATASETS.get(dataset).ARCHIVE}"
+    return f"{DATA_ROOT}/downloads/{dataset}/{dataset_plan(dataset)['facts']['archive']}"
 
 
 def replica_path(dataset):
-    return f"{DATA_ROOT}/replicas/{dataset}/{DATASETS.get(dataset).ARCHIVE}"
+    return f"{DATA_ROOT}/replicas/{dataset}/{dataset_plan(dataset)['facts']['archive']}"
 
 
 def download_input(wildcards):
@@ -44,17 +55,18 @@ def download_input(wildcards):
     return [replica_path(wildcards.dataset)] if dataset_cfg(wildcards.dataset)["replica"] else []
 
 
-def download_args(wildcards):
-    cfg = dataset_cfg(wildcards.dataset)
-    if cfg["replica"]:
-        return f"--replica-archive {replica_path(wildcards.dataset)}"
-    args = [f"--url '{cfg['url']}'" if cfg["url"] else "", f"--checksum {cfg['checksum']}" if cfg["checksum"] else ""]
-    return " ".join(a for a in args if a)
-
-
 def download_data_root(wildcards, output):
     """data_root, from the download's output path <data_root>/downloads/<dataset>/<archive>."""
     return str(Path(output[0]).parents[2])
+
+
+def download_args(wildcards):
+    """The download's options as a list (each element quoted by the rule): the replica archive, or the
+    config's url/checksum overrides (none: the dataset's official source)."""
+    cfg = dataset_cfg(wildcards.dataset)
+    if cfg["replica"]:
+        return ["--replica-archive", replica_path(wildcards.dataset)]
+    return [arg for key in ("url", "checksum") if cfg[key] for arg in (f"--{key}", cfg[key])]
 
 
 def prepare_input(wildcards):
@@ -67,42 +79,48 @@ def prepare_source(wildcards):
 
 
 def prepare_flags(wildcards):
-    return "--replica" if dataset_cfg(wildcards.dataset)["replica"] else ""
+    return ["--replica"] if dataset_cfg(wildcards.dataset)["replica"] else []
 
 
 def manifest_meta(dataset):
     return f"results/manifests/{dataset}/meta.json"
 
 
+def run_of(wildcards):
+    if wildcards.run_id not in RUNS:
+        raise WorkflowError(f"run {wildcards.run_id} is not in the plan ({PLAN_FILE})")
+    return RUNS[wildcards.run_id]
+
+
 def run_manifest(wildcards):
-    return manifest_meta(RUNS[wildcards.run_id]["dataset"])
+    return manifest_meta(run_of(wildcards)["dataset"])
+
+
+def run_manifest_dir(wildcards):
+    return f"results/manifests/{run_of(wildcards)['dataset']}"
 
 
 def run_json(wildcards):
-    return json.dumps(RUNS[wildcards.run_id], sort_keys=True)
+    return json.dumps(run_of(wildcards), sort_keys=True)
+
+
+def table_plan(wildcards):
+    return f"{PLAN_DIR}/tables/{wildcards.paper}/{wildcards.table}.json"
 
 
 def table_metrics(wildcards):
-    return [f"results/runs/{rid}/metrics.json" for rid in TABLE_RUNS[(wildcards.paper, wildcards.table)]]
-
-
-def table_spec(wildcards):
-    """The spec file inside the installed package (so editing it re-renders the table)."""
-    return str(resources.files("rankrepro.tables").joinpath("specs", wildcards.paper, f"{wildcards.table}.yaml"))
+    table = PLAN["tables"].get(f"{wildcards.paper}/{wildcards.table}")
+    if table is None:
+        raise WorkflowError(f"table {wildcards.paper}/{wildcards.table} is not in config.yaml's tables")
+    return [f"results/runs/{rid}/metrics.json" for rid in table["runs"]]
 
 
 def table_outputs():
-    return [f"results/tables/{paper}/{table}.{ext}" for (paper, table) in TABLE_RUNS for ext in ("md", "csv", "tex")]
+    return [f"results/tables/{key}.{ext}" for key in PLAN["tables"] for ext in ("md", "csv", "tex")]
 
 
 def track_inputs():
     files = []
-    for rid in sorted(RUNS):
+    for rid in RUNS:
         files += [f"results/runs/{rid}/{name}" for name in ("run.json", "history.csv", "metrics.json")]
-    return files + [f"results/tables/{paper}/{table}.md" for (paper, table) in TABLE_RUNS]
-
-
-def track_args():
-    runs = " ".join(f"results/runs/{rid}" for rid in sorted(RUNS))
-    tables = " ".join(f"results/tables/{paper}/{table}" for (paper, table) in TABLE_RUNS)
-    return f"--runs {runs} --tables {tables}"
+    return files + [f"results/tables/{key}.md" for key in PLAN["tables"]]

@@ -14,27 +14,30 @@ rule replica:
         mem_mb=2000,
         runtime=30,
     shell:
-        "python -m rankrepro replica {wildcards.dataset} --out {output.archive} > {log} 2>&1"
+        "python -m rankrepro replica {wildcards.dataset:q} --out {output.archive:q} > {log:q} 2>&1"
 
 
+# Network errors are retried inside the job (with back-off and resume); a checksum
+# mismatch is final, so Snakemake does not retry this rule (whatever the profile says).
 rule download:
     input:
         download_input,
     output:
         f"{DATA_ROOT}/downloads/{{dataset}}/{{archive}}",
     params:
-        args=download_args,
         data_root=download_data_root,
+        args=download_args,
     log:
         "results/logs/download/{dataset}/{archive}.log",
     conda:
         "../../envs/data.yaml"
-    retries: 3
+    retries: 0
     resources:
         mem_mb=2000,
         runtime=24 * 60,
     shell:
-        "python -m rankrepro download {wildcards.dataset} --data-root {params.data_root} {params.args} > {log} 2>&1"
+        "python -m rankrepro download {wildcards.dataset:q} --data-root {params.data_root:q} {params.args:q}"
+        " > {log:q} 2>&1"
 
 
 rule prepare:
@@ -47,6 +50,7 @@ rule prepare:
         source=prepare_source,
         flags=prepare_flags,
         data_root=DATA_ROOT,
+        out="results/manifests/{dataset}",
     log:
         "results/logs/prepare/{dataset}.log",
     conda:
@@ -55,5 +59,5 @@ rule prepare:
         mem_mb=8000,
         runtime=6 * 60,
     shell:
-        "python -m rankrepro prepare {wildcards.dataset} --source {params.source} --data-root {params.data_root}"
-        " --out $(dirname {output.meta}) {params.flags} > {log} 2>&1"
+        "python -m rankrepro prepare {wildcards.dataset:q} --source {params.source:q} --data-root {params.data_root:q}"
+        " --out {params.out:q} {params.flags:q} > {log:q} 2>&1"

@@ -1,4 +1,5 @@
-# Embed the test split with the trained model; exact k-NN metrics -> metrics.json.
+# Embed the evaluation splits with the trained model (protocol from the manifest);
+# exact k-NN metrics -> metrics.json.
 
 
 rule evaluate:
@@ -9,6 +10,7 @@ rule evaluate:
     output:
         "results/runs/{run_id}/metrics.json",
     params:
+        manifest=run_manifest_dir,
         device=RUNTIME["device"],
         workers=RUNTIME["num_workers"],
         batch_size=RUNTIME["eval_batch_size"],
@@ -22,6 +24,6 @@ rule evaluate:
         mem_mb=32000,
         runtime=2 * 60,
     shell:
-        "python -m rankrepro evaluate --run {input.run} --model {input.model} --manifest $(dirname {input.manifest})"
-        " --out {output} --device {params.device} --num-workers {params.workers} --batch-size {params.batch_size}"
-        " --threads {threads} > {log} 2>&1"
+        "python -m rankrepro evaluate --run {input.run:q} --model {input.model:q} --manifest {params.manifest:q}"
+        " --out {output:q} --device {params.device:q} --num-workers {params.workers:q}"
+        " --batch-size {params.batch_size:q} --threads {threads:q} > {log:q} 2>&1"

@@ -1,24 +1,24 @@
-# Paper tables (paper number beside ours) and the single-writer MLflow import.
+# Paper tables (paper number beside ours) from the plan, and the single-writer MLflow import.
 
 
 rule table:
     input:
-        spec=table_spec,
+        plan=table_plan,
         metrics=table_metrics,
     output:
         md="results/tables/{paper}/{table}.md",
         csv="results/tables/{paper}/{table}.csv",
         tex="results/tables/{paper}/{table}.tex",
     params:
-        overrides=json.dumps(config["run_overrides"], sort_keys=True),
+        prefix="results/tables/{paper}/{table}",
     log:
         "results/logs/table/{paper}/{table}.log",
     conda:
         "../../envs/train.yaml"
     localrule: True
     shell:
-        "python -m rankrepro table {wildcards.paper} {wildcards.table} --runs-dir results/runs"
-        " --out-prefix results/tables/{wildcards.paper}/{wildcards.table} --overrides {params.overrides:q} > {log} 2>&1"
+        "python -m rankrepro table --plan {input.plan:q} --runs-dir results/runs --out-prefix {params.prefix:q}"
+        " > {log:q} 2>&1"
 
 
 rule track:
@@ -27,7 +27,8 @@ rule track:
     output:
         "results/mlflow/imported.json",
     params:
-        args=track_args(),
+        runs=[f"results/runs/{rid}" for rid in RUNS],
+        tables=[f"results/tables/{key}" for key in PLAN["tables"]],
         uri=TRACKING["tracking_uri"],
         experiment=TRACKING["experiment"],
         artifact_root=TRACKING["artifact_root"],
@@ -37,5 +38,5 @@ rule track:
         "../../envs/train.yaml"
     localrule: True
     shell:
-        "python -m rankrepro track {params.args} --tracking-uri {params.uri:q} --experiment {params.experiment:q}"
-        " --artifact-root {params.artifact_root} --out {output} > {log} 2>&1"
+        "python -m rankrepro track --runs {params.runs:q} --tables {params.tables:q} --tracking-uri {params.uri:q}"
+        " --experiment {params.experiment:q} --artifact-root {params.artifact_root:q} --out {output:q} > {log:q} 2>&1"

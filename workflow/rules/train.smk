@@ -1,4 +1,4 @@
-# One job per resolved run. A retried job resumes from results/runs/<id>/checkpoint.pt.
+# One job per planned run. A retried job resumes from results/runs/<id>/checkpoint.pt.
 
 
 rule run_config:
@@ -12,7 +12,7 @@ rule run_config:
         "../../envs/train.yaml"
     localrule: True
     shell:
-        "python -m rankrepro write-run --run {params.run:q} --out {output} > {log} 2>&1"
+        "python -m rankrepro write-run --run {params.run:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule train:
@@ -23,6 +23,7 @@ rule train:
         model="results/runs/{run_id}/model.pt",
         history="results/runs/{run_id}/history.csv",
     params:
+        manifest=run_manifest_dir,
         device=RUNTIME["device"],
         workers=RUNTIME["num_workers"],
     log:
@@ -35,5 +36,5 @@ rule train:
         mem_mb=64000,
         runtime=48 * 60,
     shell:
-        "python -m rankrepro train --run {input.run} --manifest $(dirname {input.manifest})"
-        " --device {params.device} --num-workers {params.workers} --threads {threads} > {log} 2>&1"
+        "python -m rankrepro train --run {input.run:q} --manifest {params.manifest:q} --device {params.device:q}"
+        " --num-workers {params.workers:q} --threads {threads:q} > {log:q} 2>&1"

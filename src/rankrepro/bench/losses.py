@@ -6,8 +6,9 @@
 Setting (paper batch sizes): B ∈ {112, 256, 384}, D = 512, m = 4 samples per class,
 random L2-normalised embeddings (a leaf tensor), hierarchical labels [B, 2] for every
 loss (flat losses use column 0; fine classes drawn from 1000, 10 coarse classes), each
-loss built with its defaults plus the training-set sizes it declares (``num_classes`` =
-1000, ``num_classes_per_level`` = [1000, 10], ``embedding_size`` = 512). Time: median
+loss built with its defaults and the training-set sizes as build context (``num_classes`` =
+1000, ``num_classes_per_level`` = [1000, 10], ``embedding_size`` = 512; a loss gets those
+its signature takes). Time: median
 of ``repeats`` forward+backward passes after ``warmup`` untimed ones. Peak memory: the
 largest amount of memory held above the inputs during one forward+backward —
 ``torch.profiler`` with ``profile_memory=True`` on CPU (allocation events accumulated
@@ -43,15 +44,11 @@ REFERENCES = {
 
 
 def build_with_sizes(name: str, num_classes_per_level: list[int], embedding_size: int, **hparams):
-    """``losses.build(name)`` with the size arguments its signature declares."""
+    """``losses.build(name, **hparams)`` with the data sizes as context (given to the losses that take them)."""
     from rankrepro import losses
+    from rankrepro.losses.registry import data_context
 
-    accepted = losses.accepted_hparams(name)
-    sizes = {"num_classes": num_classes_per_level[0], "num_classes_per_level": list(num_classes_per_level),
-             "embedding_size": embedding_size}
-    kw = {k: v for k, v in sizes.items() if k in accepted}
-    kw.update(hparams)
-    return losses.build(name, **kw)
+    return losses.build(name, context=data_context(num_classes_per_level, embedding_size), **hparams)
 
 
 def bench_labels(batch_size: int, m: int, num_classes: int, num_coarse: int, seed: int = 0) -> torch.Tensor:

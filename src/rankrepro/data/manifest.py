@@ -8,9 +8,12 @@ A manifest is a directory holding ``manifest.csv`` and ``meta.json``.
 integer column per coarser level: ``level_1`` ... ``level_L`` (finest first:
 ``label`` is level 0, ``level_1`` the next coarser one).
 
-``meta.json`` holds ``dataset``, ``root`` (absolute image root), ``levels`` (the
-level names, finest first), ``protocol`` (``same_set``, ``query_gallery`` ...),
-``replica`` (True for generated replicas) and ``counts`` per split.
+``meta.json`` holds ``dataset`` (the registered name), ``root`` (absolute image
+root), ``levels`` (the level names, finest first), ``protocol`` (the evaluation
+protocol, a name of :data:`rankrepro.metrics.protocols.PROTOCOLS`: ``same-set``,
+``query-gallery``, ``vehicleid``, ``dyml``, ``gldv2-suprank``, ...), ``replica``
+(True for generated replicas), ``counts`` per split (``images``, ``classes``) and
+any dataset-specific entries (e.g. SOP's ``super_class_names``).
 """
 
 from __future__ import annotations
@@ -35,8 +38,17 @@ def level_columns(n_levels: int) -> list[str]:
 
 @dataclass
 class Manifest:
+    """A manifest's table and metadata.
+
+    ``directory``: where it was read from or written to (None for one built in memory).
+    ``rows``: for a :meth:`split`, each row's 0-based data row in ``manifest.csv``
+    (None: the rows are the file's, in order).
+    """
+
     table: pd.DataFrame
     meta: dict
+    directory: Path | None = None
+    rows: np.ndarray | None = None
 
     @property
     def root(self) -> Path:
@@ -48,10 +60,21 @@ class Manifest:
 
     def split(self, name: str) -> "Manifest":
         """The rows of one split (a new Manifest sharing the metadata)."""
-        rows = self.table[self.table["split"] == name].reset_index(drop=True)
-        if rows.empty:
+        mask = (self.table["split"] == name).to_numpy()
+        if not mask.any():
             raise KeyError(f"split {name!r} is empty or absent in {self.meta.get('dataset')}")
-        return Manifest(rows, self.meta)
+        positions = np.flatnonzero(mask)
+        rows = positions if self.rows is None else self.rows[positions]
+        return Manifest(self.table[mask].reset_index(drop=True), self.meta, self.directory, rows)
+
+    def describe_row(self, index: int) -> str:
+        """Where row ``index`` of this table comes from, for messages: the line of
+        ``manifest.csv`` (1-based, the header is line 1), or the dataset when there is no file."""
+        row = int(index if self.rows is None else self.rows[index])
+        split = self.table["split"].iat[index]
+        if self.directory is None:
+            return f"row {row} of the manifest of dataset {self.meta.get('dataset')!r} (split {split!r}, index {index})"
+        return f"line {row + 2} of {self.directory / MANIFEST_CSV} (split {split!r}, index {index})"
 
     def labels(self) -> np.ndarray:
         """Integer labels, shape [N, L], finest level in column 0."""
@@ -78,7 +101,7 @@ def write_manifest(directory: str | Path, table: pd.DataFrame, meta: dict) -> Ma
     if missing:
         raise ValueError(f"manifest table lacks columns {missing}")
     table = table[["path", "split", *columns]].reset_index(drop=True)
-    manifest = Manifest(table, dict(meta))
+    manifest = Manifest(table, dict(meta), directory)
     manifest.meta["counts"] = manifest.counts()
     atomic_write_text(directory / MANIFEST_CSV, table.to_csv(index=False))
     atomic_write_text(directory / META_JSON, json.dumps(manifest.meta, indent=2, sort_keys=True) + "\n")
@@ -89,4 +112,4 @@ def read_manifest(directory: str | Path) -> Manifest:
     directory = Path(directory)
     meta = json.loads((directory / META_JSON).read_text())
     table = pd.read_csv(directory / MANIFEST_CSV, dtype={"path": str, "split": str})
-    return Manifest(table, meta)
+    return Manifest(table, meta, directory)

@@ -5,12 +5,18 @@ download -> verify -> extract -> parse code runs on it; only the images and the
 counts differ. An image of a class is a two-colour stripe pattern fixed by the
 class (and its group) plus per-image phase and noise, so a model can learn it.
 Everything is deterministic given the seed, archives included (fixed timestamps).
+
+This module holds what every replica generator shares (seeded generators, tiny
+JPEGs, deterministic zip and tar writers) and imports no dataset: each dataset
+module owns its generator (e.g. :meth:`rankrepro.data.datasets.sop.SOP.make_replica`).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
+import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
@@ -18,10 +24,10 @@ import numpy as np
 from PIL import Image
 
 from rankrepro.data import sources
-from rankrepro.data.datasets import sop
 from rankrepro.io import atomic_path, atomic_write_text
 
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")  # stored as they are, not compressed again
 
 
 def key_rng(key) -> np.random.Generator:
@@ -57,14 +63,42 @@ def write_zip(out_archive: str | Path, members: dict[str, bytes]) -> str:
     and writes it to ``<out_archive>.sha256``.
     """
     out_archive = Path(out_archive)
-    folders = sorted({str(p) + "/" for name in members for p in PurePosixPath(name).parents if str(p) != "."})
     with atomic_path(out_archive) as tmp, zipfile.ZipFile(tmp, "w") as zf:
-        for folder in folders:
-            zf.writestr(_zipinfo(folder, 0o40755), b"")
+        for folder in _folders(members):
+            zf.writestr(_zipinfo(folder + "/", 0o40755), b"")
         for name, data in members.items():
-            stored = name.lower().endswith((".jpg", ".jpeg", ".png"))
+            stored = name.lower().endswith(IMAGE_SUFFIXES)
             zf.writestr(_zipinfo(name, 0o100644), data,
                         compress_type=zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED)
+    return _state_checksum(out_archive)
+
+
+def write_tar(out_archive: str | Path, members: dict[str, bytes]) -> str:
+    """Write ``members`` as a deterministic tar, gzip-compressed when the name ends in ``.gz``/``.tgz``.
+
+    Same contract as :func:`write_zip`: folder entries for every parent folder,
+    fixed timestamps and owners, atomic; returns and writes ``"sha256:<hex>"``.
+    """
+    out_archive = Path(out_archive)
+    gzipped = out_archive.name.endswith((".gz", ".tgz"))
+    with atomic_path(out_archive) as tmp, open(tmp, "wb") as raw:
+        stream = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) if gzipped else raw
+        with stream, tarfile.open(fileobj=stream, mode="w", format=tarfile.PAX_FORMAT) as tf:
+            for folder in _folders(members):
+                tf.addfile(_tarinfo(folder, tarfile.DIRTYPE, 0o755, 0))
+            for name, data in members.items():
+                tf.addfile(_tarinfo(name, tarfile.REGTYPE, 0o644, len(data)), io.BytesIO(data))
+    return _state_checksum(out_archive)
+
+
+def _folders(members: dict[str, bytes]) -> list[str]:
+    """Every parent folder of the member names (no trailing slash), sorted as ``folder/``."""
+    return sorted({str(p) for name in members for p in PurePosixPath(name).parents if str(p) != "."},
+                  key=lambda folder: folder + "/")
+
+
+def _state_checksum(out_archive: Path) -> str:
+    """``"sha256:<hex>"`` of the archive, also written to ``<out_archive>.sha256``."""
     checksum = "sha256:" + sources.file_digest(out_archive, "sha256")
     atomic_write_text(f"{out_archive}.sha256", checksum + "\n")
     return checksum
@@ -76,41 +110,7 @@ def _zipinfo(name: str, mode: int) -> zipfile.ZipInfo:
     return info
 
 
-def split_file(rows: list[tuple[int, int, str]]) -> bytes:
-    """An SOP split file: the header, then ``image_id class_id super_class_id path`` rows."""
-    lines = [" ".join(sop.HEADER)] + [f"{i} {c} {s} {p}" for i, (c, s, p) in enumerate(rows, 1)]
-    return ("\n".join(lines) + "\n").encode()
-
-
-def make_sop_replica(out_archive: str | Path, *, classes_per_super: int = 4,
-                     images_per_class: tuple[int, int] = (2, 5), image_size: int = 32, seed: int = 0) -> str:
-    """Write a Stanford Online Products replica zip; return its ``"sha256:<hex>"``.
-
-    Each of the 12 super-classes gets ``classes_per_super`` products in train and
-    as many in test; each product has between ``images_per_class[0]`` and
-    ``images_per_class[1]`` images (inclusive). Class ids are 1-based and
-    contiguous, train first, grouped by super-class as in the real data.
-    """
-    rng = np.random.default_rng(seed)
-    rows: dict[str, list[tuple[int, int, str]]] = {"train": [], "test": []}
-    images: dict[str, bytes] = {}
-    class_id = 0
-    for split in rows:
-        for super_id, kind in enumerate(sop.SUPER_CLASS_NAMES, 1):
-            for _ in range(classes_per_super):
-                class_id += 1
-                product = 110_000_000_000 + class_id * 1_000_000 + int(rng.integers(1_000_000))
-                for n in range(int(rng.integers(images_per_class[0], images_per_class[1] + 1))):
-                    path = f"{kind}{sop.FOLDER_SUFFIX}/{product}_{n}.JPG"
-                    rows[split].append((class_id, super_id, path))
-                    images[f"{sop.TOP}/{path}"] = tiny_jpeg(rng, class_id, image_size, group_key=super_id)
-    note = b"Generated replica of Stanford Online Products for rankrepro; synthetic images, no real data.\n"
-    members = {
-        f"{sop.TOP}/{sop.SPLIT_FILES['train']}": split_file(rows["train"]),
-        f"{sop.TOP}/{sop.SPLIT_FILES['test']}": split_file(rows["test"]),
-        f"{sop.TOP}/{sop.INFO_FILE}": split_file(rows["train"] + rows["test"]),
-        f"{sop.TOP}/README": note,
-        f"{sop.TOP}/LICENSE": note,
-        **images,
-    }
-    return write_zip(out_archive, members)
+def _tarinfo(name: str, kind: bytes, mode: int, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.size, info.mtime = kind, mode, size, 0
+    return info

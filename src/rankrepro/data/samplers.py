@@ -1,5 +1,10 @@
 """Batch samplers. Each yields lists of indices, one list per batch, and is
 deterministic given ``(seed, epoch)`` so that a resumed run sees the same batches.
+
+Samplers are registered in :data:`SAMPLERS` (a :class:`rankrepro.registry.Registry`);
+a run's ``sampler`` block ``{"name": ..., **parameters}`` is built by
+:func:`build_sampler` with the trainer's ``labels`` ([N] or [N, L], finest first) and
+``seed``, which are not run parameters.
 """
 
 from __future__ import annotations
@@ -8,8 +13,32 @@ import numpy as np
 from pytorch_metric_learning.samplers import HierarchicalSampler as PMLHierarchicalSampler
 from pytorch_metric_learning.utils import common_functions as pml_cf
 
+from rankrepro.registry import Registry
 
-class MPerClassBatchSampler:
+SAMPLERS = Registry("sampler", context=("labels", "seed"))
+
+
+class EpochBatchSampler:
+    """Batches fixed by ``(seed, epoch)``: subclasses set ``seed`` and ``epoch`` and implement :meth:`_batches`."""
+
+    seed: int
+    epoch: int
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _batches(self) -> list[list[int]]:
+        raise NotImplementedError
+
+    def __iter__(self):
+        return iter(self._batches())
+
+    def __len__(self) -> int:
+        return len(self._batches())
+
+
+@SAMPLERS.register("m_per_class")
+class MPerClassBatchSampler(EpochBatchSampler):
     """The m-per-class batches of the Smooth-AP / FastAP / SupRank code.
 
     Each epoch: shuffle the images inside each class, then shuffle the class order.
@@ -32,9 +61,6 @@ class MPerClassBatchSampler:
         if sum(len(ix) >= self.m for ix in self.by_class) < self.classes_per_batch:
             raise ValueError(f"fewer than {self.classes_per_batch} classes have {self.m} images: cannot fill one batch")
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
     def _batches(self) -> list[list[int]]:
         rng = np.random.default_rng([self.seed, self.epoch])
         pools = [list(rng.permutation(ix)) for ix in self.by_class]
@@ -54,14 +80,9 @@ class MPerClassBatchSampler:
             batches.append(batch)
         return [batches[i] for i in rng.permutation(len(batches))]
 
-    def __iter__(self):
-        return iter(self._batches())
 
-    def __len__(self) -> int:
-        return len(self._batches())
-
-
-class HierarchicalBatchSampler:
+@SAMPLERS.register("hierarchical")
+class HierarchicalBatchSampler(EpochBatchSampler):
     """pytorch-metric-learning's HierarchicalSampler (the FastAP super-class batches).
 
     For every pair of super-classes it builds ``batches_per_super_tuple`` batches,
@@ -81,9 +102,6 @@ class HierarchicalBatchSampler:
         self.seed = seed
         self.epoch = 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
     def _batches(self) -> list[list[int]]:
         saved = pml_cf.NUMPY_RANDOM
         pml_cf.NUMPY_RANDOM = np.random.RandomState([self.seed, self.epoch])
@@ -93,19 +111,11 @@ class HierarchicalBatchSampler:
         finally:
             pml_cf.NUMPY_RANDOM = saved
 
-    def __iter__(self):
-        return iter(self._batches())
 
-    def __len__(self) -> int:
-        return len(self._batches())
+def build_sampler(block: dict, labels, seed: int):
+    """The sampler of a run's ``sampler`` block ``{"name": ..., **parameters}`` over ``labels``.
 
-
-SAMPLERS = {"m_per_class": MPerClassBatchSampler, "hierarchical": HierarchicalBatchSampler}
-
-
-def build_sampler(cfg: dict, labels, seed: int):
-    cfg = dict(cfg)
-    name = cfg.pop("name")
-    if name not in SAMPLERS:
-        raise ValueError(f"unknown sampler {name!r}; allowed: {sorted(SAMPLERS)}")
-    return SAMPLERS[name](labels, seed=seed, **cfg)
+    Parameters are checked against the sampler's signature (unknown, missing, wrongly
+    typed ones raise :class:`rankrepro.registry.ParameterError`, an unknown name
+    :class:`rankrepro.registry.UnknownNameError`, both ValueErrors)."""
+    return SAMPLERS.build_block(block, context={"labels": labels, "seed": seed})

@@ -3,12 +3,21 @@
 A *checksum* is a string ``"<algo>:<hex digest>"`` with ``algo`` in ``md5`` or
 ``sha256``. A download is complete only once its checksum matches; until then
 it lives in ``<dest>.part`` and nothing exists at ``dest``.
+
+A verified file may get a ``<file>.verified`` sidecar (``{"checksum", "size",
+"mtime_ns"}``, :func:`record_verified`); :func:`reverify` checks the file again
+before it is used again, hashing it only when its size or mtime changed.
+
+Errors that retrying cannot fix (:class:`ChecksumError`, :class:`ManualDownloadRequired`)
+and network failures that outlived the in-job retries end the CLI with distinct exit
+statuses (:func:`exit_codes`): ``EXIT_CHECKSUM`` 3, ``EXIT_MANUAL`` 4, ``EXIT_DOWNLOAD`` 5.
 """
 
 from __future__ import annotations
 
 import email.utils
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -27,11 +36,14 @@ import requests
 from tqdm import tqdm
 
 from rankrepro import __version__
+from rankrepro.io import atomic_write_json
 
 ALGOS = ("md5", "sha256")
 BACKOFF_S = 0.25  # first retry delay; doubles with each further retry
 RETRY_AFTER_CAP_S = 5.0  # longest Retry-After wait honoured
 EXTRACTED_MARKER = ".extracted"
+VERIFIED_SUFFIX = ".verified"
+EXIT_CHECKSUM, EXIT_MANUAL, EXIT_DOWNLOAD = 3, 4, 5
 HEADERS = {"Accept-Encoding": "identity", "User-Agent": f"rankrepro/{__version__}"}
 
 
@@ -40,7 +52,7 @@ class DownloadError(RuntimeError):
 
 
 class ChecksumError(DownloadError):
-    """A downloaded body did not match its checksum."""
+    """A file did not match its checksum (final: downloading again gives the same bytes)."""
 
 
 class ManualDownloadRequired(RuntimeError):
@@ -90,6 +102,85 @@ def verify(path: str | Path, checksum: str) -> bool:
     return Path(path).is_file() and file_digest(path, algo) == digest
 
 
+def record_verified(path: str | Path, checksum: str) -> None:
+    """Write ``<path>.verified``: the ``checksum`` just verified, with the file's size and mtime."""
+    stat = Path(path).stat()
+    atomic_write_json(f"{path}{VERIFIED_SUFFIX}",
+                      {"checksum": checksum, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+
+
+def _read_sidecar(path: str | Path) -> dict:
+    try:
+        record = json.loads(Path(f"{path}{VERIFIED_SUFFIX}").read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def is_verified(path: str | Path, checksum: str) -> bool:
+    """True when ``<path>.verified`` records ``checksum`` for the file's current size and mtime (no hashing)."""
+    record, path = _read_sidecar(path), Path(path)
+    if not record or not path.is_file():
+        return False
+    stat = path.stat()
+    return (record.get("checksum"), record.get("size"), record.get("mtime_ns")) == \
+        (checksum, stat.st_size, stat.st_mtime_ns)
+
+
+def recorded_checksum(path: str | Path) -> str | None:
+    """The checksum ``path`` was last verified against (``<path>.verified``), else the one a
+    generated replica states beside it (``<path>.sha256``), else None."""
+    checksum = _read_sidecar(path).get("checksum")
+    if checksum:
+        return checksum
+    stated = Path(f"{path}.sha256")
+    return stated.read_text().strip() if stated.is_file() else None
+
+
+def reverify(path: str | Path, checksum: str) -> Path:
+    """Check that ``path`` still matches ``checksum`` before it is used again; return ``path``.
+
+    The file is hashed only when ``<path>.verified`` is absent, records another checksum,
+    or records another size or mtime; a match is recorded. A mismatch raises
+    :class:`ChecksumError` naming the file, the expected and the actual digest.
+    """
+    path = Path(path)
+    if is_verified(path, checksum):
+        return path
+    if not path.is_file():
+        raise FileNotFoundError(f"no file {path} to verify against {checksum}")
+    algo, expected = parse_checksum(checksum)
+    actual = file_digest(path, algo)
+    if actual != expected:
+        raise ChecksumError(f"checksum mismatch for {path}: expected {algo}:{expected}, got {algo}:{actual} "
+                            "(changed since it was downloaded?); delete it to download it again")
+    record_verified(path, checksum)
+    return path
+
+
+@contextmanager
+def exit_codes():
+    """For CLI commands: a final data error prints its message and exits with its own status.
+
+    :class:`ChecksumError` -> ``EXIT_CHECKSUM`` (3), :class:`ManualDownloadRequired` ->
+    ``EXIT_MANUAL`` (4), any other :class:`DownloadError` (network failures after the
+    in-job retries, HTTP 4xx) -> ``EXIT_DOWNLOAD`` (5). Other errors propagate (status 1).
+    """
+    try:
+        yield
+    except ChecksumError as err:
+        _exit(err, EXIT_CHECKSUM)
+    except ManualDownloadRequired as err:
+        _exit(err, EXIT_MANUAL)
+    except DownloadError as err:
+        _exit(err, EXIT_DOWNLOAD)
+
+
+def _exit(err: Exception, status: int):
+    print(f"rankrepro: {type(err).__name__}: {err}", file=sys.stderr)
+    raise SystemExit(status)
+
+
 def download(
     url: str,
     dest: str | Path,
@@ -129,7 +220,7 @@ def download(
         hint = _html_hint(part)
         part.unlink()
         raise ChecksumError(
-            f"checksum mismatch for {dest.name} from {url}: expected {algo}:{expected}, got {algo}:{actual}{hint}"
+            f"checksum mismatch for {dest} from {url}: expected {algo}:{expected}, got {algo}:{actual}{hint}"
         )
     os.replace(part, dest)
     return dest
@@ -234,30 +325,51 @@ def _html_hint(path: Path) -> str:
     return ""
 
 
-def extract(archive: str | Path, dest_dir: str | Path) -> Path:
+def extract(archive: str | Path, dest_dir: str | Path, checksum: str | None = None) -> Path:
     """Extract a zip or tar(.gz/.bz2/.xz) archive to ``dest_dir``, atomically.
 
     Members go to a temporary sibling directory, a ``.extracted`` marker is
     written last, and the directory is renamed onto ``dest_dir``. A ``dest_dir``
     holding the marker is taken as done. Members that would land outside
     ``dest_dir`` (absolute paths, ``..``) make it fail before anything is written.
+
+    With ``checksum`` (the archive's), the marker records it, and a ``dest_dir`` whose
+    marker records another checksum was extracted from another archive: it is extracted
+    anew and swapped in.
     """
     archive, dest_dir = Path(archive), Path(dest_dir)
-    if (dest_dir / EXTRACTED_MARKER).is_file():
-        return dest_dir
-    if dest_dir.exists():
+    marker = dest_dir / EXTRACTED_MARKER
+    if marker.is_file():
+        recorded = _marker_checksum(marker)
+        if checksum is None or recorded is None or recorded == checksum:
+            return dest_dir
+    elif dest_dir.exists():
         raise FileExistsError(f"{dest_dir} exists but was not extracted by rankrepro (no {EXTRACTED_MARKER}); "
                               "remove it, or point to it as an already-extracted copy")
     dest_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest_dir.name}.", suffix=".tmp", dir=dest_dir.parent))
+    old = None  # the stale extraction, moved aside until the new one is in place
     try:
         _extract_into(archive, tmp)
-        (tmp / EXTRACTED_MARKER).write_text(f"{archive.name}\n")
+        (tmp / EXTRACTED_MARKER).write_text(f"{archive.name}\n" + (f"{checksum}\n" if checksum else ""))
+        if dest_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest_dir.name}.", suffix=".old", dir=dest_dir.parent))
+            os.replace(dest_dir, old)
         os.rename(tmp, dest_dir)
     except BaseException:
+        if old is not None and not dest_dir.exists():
+            os.replace(old, dest_dir)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return dest_dir
+
+
+def _marker_checksum(marker: Path) -> str | None:
+    """The archive checksum an ``.extracted`` marker records (line 2), None when it records none."""
+    lines = marker.read_text().splitlines()
+    return (lines[1].strip() or None) if len(lines) > 1 else None
 
 
 def _extract_into(archive: Path, directory: Path) -> None:

@@ -13,13 +13,14 @@ def _size(value):
 
 
 def train_transform(cfg: dict):
-    """[Resize(resize)] -> RandomResizedCrop(crop, scale, ratio) -> horizontal flip -> normalise."""
+    """[Resize(train_resize)] -> RandomResizedCrop(train_crop, rrc_scale, rrc_ratio) -> horizontal flip -> normalise.
+
+    ``cfg`` is a run's complete ``images`` block (no defaults here: the plan pins them)."""
     steps = []
-    if cfg.get("train_resize"):
+    if cfg["train_resize"]:
         steps.append(T.Resize(_size(cfg["train_resize"])))
     steps += [
-        T.RandomResizedCrop(cfg["train_crop"], scale=tuple(cfg.get("rrc_scale", (0.08, 1.0))),
-                            ratio=tuple(cfg.get("rrc_ratio", (3 / 4, 4 / 3)))),
+        T.RandomResizedCrop(cfg["train_crop"], scale=tuple(cfg["rrc_scale"]), ratio=tuple(cfg["rrc_ratio"])),
         T.RandomHorizontalFlip(0.5),
         T.ToTensor(),
         T.Normalize(IMAGENET_MEAN, IMAGENET_STD),

@@ -17,7 +17,6 @@ from rankrepro.data.transforms import test_transform
 from rankrepro.engine.device import autocast, resolve_device
 from rankrepro.io import atomic_write_json
 from rankrepro.metrics import compute
-from rankrepro.metrics.retrieval import retrieval_metrics
 from rankrepro.models import build_model
 
 
@@ -43,33 +42,43 @@ def load_model(model_path: str | Path, device: torch.device):
     return model.to(device)
 
 
+#: protocol (the manifest's ``meta.json``) -> the splits it embeds: one same-set split, or query and gallery
+PROTOCOL_SPLITS = {"same-set": ("test",), "query-gallery": ("query", "gallery")}
+
+
 def evaluate(run: dict, manifest_dir: str | Path, model_path: str | Path, out_path: str | Path, *,
              device: str = "auto", num_workers: int = 0, batch_size: int = 256, run_id: str = "",
              progress: bool = True) -> dict:
-    """Write ``metrics.json``: the run's metrics on its test split (same-set protocol).
+    """Write ``metrics.json``: the run's ``eval.metrics`` under the dataset's protocol.
 
-    ``run["eval"]``: ``recall_at`` (R@k, mAP@R, RP at the finest level, PML's definitions) or
-    ``metrics``: names for :func:`rankrepro.metrics.compute` (e.g. ``["R@1", "mAP@R", "H-AP",
-    "ASI", "NDCG"]``; hierarchical metrics use every label level of the manifest)."""
+    The protocol comes from the manifest (``meta["protocol"]``, e.g. ``same-set``: every test
+    image queries the rest of the test set; ``query-gallery``: the query split against the
+    gallery split); embeddings and metrics are computed on ``device`` (the job's GPU when it
+    holds one). Metric names are those of :func:`rankrepro.metrics.compute` (hierarchical
+    metrics use every label level of the manifest)."""
     dev = resolve_device(device)
-    eval_cfg = run["eval"]
     manifest = read_manifest(manifest_dir)
-    test = manifest.split(eval_cfg.get("split", "test"))
+    protocol = manifest.meta["protocol"]
+    if protocol not in PROTOCOL_SPLITS:
+        raise NotImplementedError(f"{Path(manifest_dir) / 'meta.json'}: evaluation of protocol {protocol!r} is not "
+                                  f"wired into training runs yet (supported: {', '.join(PROTOCOL_SPLITS)})")
     model = load_model(model_path, dev)
     t0 = time.perf_counter()
-    embeddings = embed(model, ImageDataset(test, test_transform(run["images"])), dev, run.get("amp", "fp16"),
-                       batch_size=batch_size, num_workers=num_workers, progress=progress)
+    parts = []
+    for split in PROTOCOL_SPLITS[protocol]:
+        rows = manifest.split(split)
+        emb = embed(model, ImageDataset(rows, test_transform(run["images"])), dev, run["amp"],
+                    batch_size=batch_size, num_workers=num_workers, progress=progress)
+        parts += [emb, rows.labels()]
     t_embed = time.perf_counter() - t0
-    if eval_cfg.get("metrics"):  # any metric of rankrepro.metrics.compute, on every label level
-        metrics = compute(embeddings, test.labels(), metrics=list(eval_cfg["metrics"]))
-    else:
-        metrics = retrieval_metrics(embeddings, test.labels(), recall_at=tuple(eval_cfg["recall_at"]))
+    metrics = compute(*parts, metrics=list(run["eval"]["metrics"]), protocol=protocol, device=dev)
     result = {
         "run_id": run_id,
         "dataset": run["dataset"],
-        "split": eval_cfg.get("split", "test"),
+        "protocol": protocol,
+        "splits": list(PROTOCOL_SPLITS[protocol]),
         "replica": bool(manifest.meta.get("replica", False)),
-        "n_images": int(len(test.table)),
+        "n_images": int(sum(len(p) for p in parts[::2])),
         "metrics": metrics,
         "seconds": {"embed": round(t_embed, 3), "metrics": round(time.perf_counter() - t0 - t_embed, 3)},
     }

@@ -24,12 +24,14 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from rankrepro import losses
+from rankrepro.catalog import check_run
 from rankrepro.data.images import ImageDataset
 from rankrepro.data.manifest import read_manifest
 from rankrepro.data.samplers import build_sampler
 from rankrepro.data.transforms import train_transform
 from rankrepro.engine.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
 from rankrepro.engine.device import autocast, grad_scaler, resolve_device
+from rankrepro.engine.optim import build_optimizer, build_scheduler
 from rankrepro.io import atomic_path, atomic_write_text
 from rankrepro.models import build_model
 
@@ -46,51 +48,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_loss(cfg: dict, labels: np.ndarray, embed_dim: int):
-    """Build the run's loss, giving it the training set's sizes when its signature asks:
-    ``num_classes`` (finest level), ``num_classes_per_level`` (finest first) and
-    ``embedding_size`` (for proxy-based losses)."""
+def build_loss(block: dict, labels: np.ndarray, embed_dim: int):
+    """The run's loss (``{"name", "memory", **hyper-parameters}``, every one pinned by the plan), given
+    the training set's sizes as context when its signature asks for them: ``num_classes`` (finest
+    level), ``num_classes_per_level`` (finest first) and ``embedding_size`` (proxy-based losses)."""
     sizes = {"num_classes": int(labels[:, 0].max()) + 1,
              "num_classes_per_level": [int(c) + 1 for c in labels.max(axis=0)],
              "embedding_size": embed_dim}
-    cfg = dict(cfg)
-    accepted = losses.accepted_hparams(cfg["name"])
-    cfg.update({k: v for k, v in sizes.items() if k in accepted and k not in cfg})
-    return losses.build(**cfg)
-
-
-def build_optimizer(cfg: dict, model, criterion) -> torch.optim.Optimizer:
-    """One optimizer, param groups ``backbone``, ``head`` and (if any) ``loss``."""
-    groups = [
-        {"name": "backbone", "params": list(model.backbone.parameters()), "lr": cfg["lr_backbone"]},
-        {"name": "head", "params": list(model.head.parameters()), "lr": cfg["lr_head"]},
-    ]
-    loss_params = [p for p in criterion.parameters() if p.requires_grad]
-    if loss_params:
-        groups.append({"name": "loss", "params": loss_params, "lr": cfg.get("lr_loss", cfg["lr_head"])})
-    name, wd = cfg["name"], cfg.get("weight_decay", 0.0)
-    if name == "adam":
-        return torch.optim.Adam(groups, weight_decay=wd)
-    if name == "adamw":
-        return torch.optim.AdamW(groups, weight_decay=wd)
-    if name == "sgd":
-        return torch.optim.SGD(groups, weight_decay=wd, momentum=cfg.get("momentum", 0.9),
-                               nesterov=cfg.get("nesterov", False))
-    raise ValueError(f"unknown optimizer {name!r}; allowed: ['adam', 'adamw', 'sgd']")
-
-
-def build_scheduler(cfg: dict, optimizer, epochs: int):
-    """Per-epoch schedule: ``cosine`` (T_max defaults to the number of epochs, as in
-    SupRank's code), ``multistep`` (milestones, gamma) or ``constant``."""
-    name = cfg["name"]
-    if name == "cosine":
-        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.get("t_max") or epochs,
-                                                          eta_min=cfg.get("eta_min", 0.0))
-    if name == "multistep":
-        return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=cfg["milestones"], gamma=cfg["gamma"])
-    if name == "constant":
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    raise ValueError(f"unknown schedule {name!r}; allowed: ['constant', 'cosine', 'multistep']")
+    return losses.build(**block, context=sizes)
 
 
 def _lr(optimizer, name: str) -> float:
@@ -108,19 +73,22 @@ def _history_csv(history: list[dict]) -> str:
 def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: str = "auto", num_workers: int = 0,
           run_id: str = "", progress: bool = True,
           on_epoch_end: Callable[[int], None] | None = None) -> Path:
-    """Train ``run`` and write ``model.pt`` and ``history.csv`` into ``out_dir``.
+    """Train ``run`` (a complete record, ``run.json``) and write ``model.pt`` and ``history.csv`` into ``out_dir``.
 
-    ``checkpoint.pt`` (in ``out_dir``) is written after every epoch and removed
-    once the final outputs exist; a job that finds it resumes from it.
+    Every value comes from ``run``: a component that lacks one of its parameters (a run planned
+    with a stale catalog) fails before anything is built. ``checkpoint.pt`` (in ``out_dir``) is
+    written after every epoch and removed once the final outputs exist; a job that finds it
+    resumes from it.
     """
+    check_run(run)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = out_dir / "checkpoint.pt"
     dev = resolve_device(device)
-    amp = run.get("amp", "fp16")
+    amp = run["amp"]
 
     seed_everything(run["seed"])
-    manifest = read_manifest(manifest_dir).split(run.get("train_split", "train"))
+    manifest = read_manifest(manifest_dir).split(run["train_split"])
     dataset = ImageDataset(manifest, train_transform(run["images"]), contiguous=True)
     sampler = build_sampler(run["sampler"], dataset.labels.numpy(), seed=run["seed"])
     model = build_model(run["model"]).to(dev)
@@ -146,7 +114,7 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
         print(f"resuming {run_id} from {ckpt_path} after epoch {state['epoch']}", file=sys.stderr)
 
     for epoch in range(start, run["epochs"]):
-        frozen = epoch < run.get("warmup_epochs", 0)
+        frozen = epoch < run["warmup_epochs"]
         model.backbone.requires_grad_(not frozen)
         model.train()
         sampler.set_epoch(epoch)

@@ -1,25 +1,31 @@
 """Rank-based retrieval losses.
 
-Every loss is called as ``loss(embeddings, labels, ref_embeddings=None, ref_labels=None)``
-and returns a scalar tensor: embeddings [B, D] L2-normalised; labels [B] or [B, L]
-(column 0 = finest level is used); the optional reference set (memory bank) is detached.
-When the reference set comes from :class:`rankrepro.losses.memory.MemoryLoss` it starts
-with the current batch (indices 0..B-1), followed by the memory.
+Every loss is called as ``loss(embeddings, labels, ref_embeddings=None, ref_labels=None,
+self_index=None)`` and returns a scalar tensor: embeddings [B, D] L2-normalised; labels [B]
+or [B, L] (column 0 = finest level is used by the flat losses); the optional reference set
+(memory bank) is detached. ``self_index`` [B] (long) gives the column of each query's own
+entry in the reference set: :class:`rankrepro.losses.memory.MemoryLoss` passes
+``arange(B)`` (its reference set starts with the current batch); without it a reference
+set holds no query. Callers that pass no reference set or no ``self_index`` are served as
+before. :func:`rankrepro.losses.inputs.retrieval_lists` is the one place that builds these
+lists.
 
-Importing this package imports every module in it (except ``registry``) so that each
-``@register``-ed loss is available through :func:`build` / :func:`names`.
+The ranking losses (Smooth-AP, PNP, BlackBox-AP / RaMBO, the SupRank family) are heads over
+one differentiable-rank core, :mod:`rankrepro.losses.rank`: rank and rank+ of each query's
+relevant items with a pluggable step (exact, sigmoid, SupRank's H^-, blackbox), computed in
+query blocks with a recomputing backward.
+
+Losses are registered in :data:`rankrepro.losses.registry.LOSSES` (a
+:class:`rankrepro.registry.Registry`); variants are registrations with fixed keywords.
+:func:`build` checks the hyper-parameters, ``defaults(name)`` gives the keyword defaults
+(JSON values). Importing this package imports every module in it so that each registered
+loss is available through :func:`build` / :func:`names`.
 """
 
-import importlib
-import pkgutil
+from .registry import LOSSES, accepted_hparams, build, defaults, get, names, register
 
-from .registry import accepted_hparams, build, get, names, register
-
-for _m in pkgutil.iter_modules(__path__):
-    if _m.name != "registry" and not _m.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_m.name}")
-del _m
+names()  # imports every module of the package (the registrations)
 
 from .smooth_ap import SmoothAP  # noqa: E402
 
-__all__ = ["accepted_hparams", "build", "get", "names", "register", "SmoothAP"]
+__all__ = ["LOSSES", "accepted_hparams", "build", "defaults", "get", "names", "register", "SmoothAP"]

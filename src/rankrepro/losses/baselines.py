@@ -6,11 +6,11 @@ or [B, L] (column 0, the finest level, is used); computation in float32 with aut
 off. What PML does not do is added here, and only that:
 
 * **Reference set (memory / XBM).** ``ref_embeddings``/``ref_labels`` go to PML's
-  ``ref_emb``/``ref_labels`` (detached). When the reference set starts with the current
-  batch (the :class:`~rankrepro.losses.memory.MemoryLoss` convention: ref rows 0..B-1 are
-  the batch itself; detected by comparing those rows with the batch), the self pairs
-  (query i vs ref i) are removed from the index tuples handed to PML, as PML's
-  ``CrossBatchMemory`` does with ``remove_self_comparisons``. Without a reference set PML
+  ``ref_emb``/``ref_labels`` (detached). When the caller says the reference set starts
+  with the current batch (``self_index = arange(B)``, what
+  :class:`~rankrepro.losses.memory.MemoryLoss` passes: ref rows 0..B-1 are the batch
+  itself), the self pairs (query i vs ref i) are removed from the index tuples handed to
+  PML, as PML's ``CrossBatchMemory`` does with ``remove_self_comparisons``. Without a reference set PML
   runs in-batch and removes the diagonal itself.
 * **Memory-lean triplets.** PML's ``get_all_triplets_indices`` (used by
   ``TripletMarginLoss(triplets_per_anchor="all")`` and ``TripletMarginMiner``) builds a
@@ -49,13 +49,14 @@ from torch import nn
 
 from .inputs import (
     attached_zero,
-    check_batch,
     check_class_range,
     clear_self_pairs,
     keep_in_graph,
     no_autocast,
-    ref_starts_with_batch,
+    prefix_self_index,
+    retrieval_lists,
 )
+from .rank import gather_relevant
 from .registry import register
 
 __all__ = [
@@ -117,16 +118,18 @@ class _Adapter(nn.Module):
     #: True: the value depends on the order of the batch (N-pair picks the first pair per class).
     order_dependent = False
 
-    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None):
         with no_autocast(embeddings):
-            emb, y, ref, yr = check_batch(embeddings, labels, ref_embeddings, ref_labels, self.level,
-                                          ignore_ref=not self.uses_ref_set)
+            lists = retrieval_lists(embeddings, labels, ref_embeddings, ref_labels, self_index, self.level,
+                                    ignore_ref=not self.uses_ref_set)
             if ref_embeddings is not None and not self.uses_ref_set:
                 _warn_ignored(type(self).__name__)
-            if yr is not None:
-                yr = yr.clone()  # a distinct tensor: PML changes behaviour when ``ref_labels is labels``
-            n_self = emb.shape[0] if ref_starts_with_batch(emb, ref) else 0
-            return keep_in_graph(self._loss(emb, y, ref, yr, n_self), emb)
+            emb, y = lists.emb, lists.y
+            if lists.in_batch:
+                return keep_in_graph(self._loss(emb, y, None, None, 0), emb)
+            # a distinct label tensor: PML changes behaviour when ``ref_labels is labels``
+            n_self = prefix_self_index(lists, type(self).__name__)
+            return keep_in_graph(self._loss(emb, y, lists.ref, lists.yr.clone(), n_self), emb)
 
     def _loss(self, emb, y, ref, yr, n_self):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -154,12 +157,9 @@ def _positives(y, yr, n_self):
     """Positive mask [B, N] (self removed), padded positive indices [B, P] and validity."""
     same = y.unsqueeze(1) == yr.unsqueeze(0)
     pos = clear_self_pairs(same, n_self)
-    n_pos = pos.sum(1)
-    p_max = int(n_pos.max()) if n_pos.numel() else 0
-    if p_max == 0:
+    if not pos.any():
         return same, pos, None, None
-    pos_idx = torch.topk(pos.to(torch.uint8), p_max, dim=1).indices
-    valid = torch.arange(p_max, device=y.device).unsqueeze(0) < n_pos.unsqueeze(1)
+    pos_idx, valid, _ = gather_relevant(pos)
     return same, pos, pos_idx, valid
 
 

@@ -31,7 +31,8 @@ class CalibrationLoss(nn.Module):
 
     Pairs: without a reference set, every (i, j) of the batch with i != j; with one, every
     (query, ref item) pair (the ref set is detached), including the query's own entry when
-    the ref set contains it (s = 1 > alpha: it adds nothing), as the official code does.
+    the ref set contains it (s = 1 > alpha: it adds nothing; ``self_index`` is accepted and
+    not needed), as the official code does.
     Positive = same label at ``hierarchy_level`` (0 = finest).
 
     ``reduction``:
@@ -62,7 +63,7 @@ class CalibrationLoss(nn.Module):
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}, beta={self.beta}, reduction={self.reduction!r}"
 
-    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None):
         with no_autocast(embeddings):
             emb, y, ref, yr = check_batch(embeddings, labels, ref_embeddings, ref_labels, self.hierarchy_level)
             if ref is None:
@@ -127,7 +128,7 @@ class NormalizedSoftmaxDG(nn.Module):
         return (f"num_classes={self.num_classes}, embedding_size={self.embedding_size}, "
                 f"temperature={self.temperature}, hierarchy_level={self.hierarchy_level}")
 
-    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None):
         check_embeddings(embeddings, self.embedding_size)
         y = level_labels(labels, self.hierarchy_level, embeddings.device)
         check_lengths(embeddings, y)

@@ -114,7 +114,7 @@ class CSL(nn.Module):
             raise ValueError("labels are not a tree: a finest class has two different ancestors")
         self.proxy_labels[fine] = rows
 
-    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None):
         check_embeddings(embeddings, self.embedding_size)
         labels = self._check(torch.as_tensor(labels, device=embeddings.device))
         check_lengths(embeddings, labels)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from pytorch_metric_learning import losses as pml_losses
 
-from .inputs import attached_zero, check_batch, clear_self_pairs, keep_in_graph, no_autocast, ref_starts_with_batch
+from .inputs import attached_zero, clear_self_pairs, keep_in_graph, no_autocast, retrieval_lists
 from .registry import register
 
 __all__ = ["FastAP"]
@@ -32,8 +32,8 @@ class FastAP(torch.nn.Module):
 
     Without a reference set this calls PML's ``FastAPLoss`` on the batch. A reference set
     (memory) is supported here although SupRank does not use it: the same histograms are
-    computed against the reference set (detached), dropping each query's own row when
-    the reference set starts with the batch (memory convention). With ref = the batch this
+    computed against the reference set (detached), dropping each query's own entry (the
+    column ``self_index`` gives; the memory passes it). With ref = the batch this
     equals the in-batch value (test). Memory: an [L, B, N] tensor, like PML.
     """
 
@@ -47,17 +47,16 @@ class FastAP(torch.nn.Module):
     def extra_repr(self) -> str:
         return f"num_bins={self.num_bins}"
 
-    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None):
         with no_autocast(embeddings):
-            emb, y, ref, yr = check_batch(embeddings, labels, ref_embeddings, ref_labels)
-            if ref is None:
-                return keep_in_graph(self.loss(emb, y), emb)
-            n_self = emb.shape[0] if ref_starts_with_batch(emb, ref) else 0
-            return self._with_ref(emb, y, ref, yr, n_self)
+            lists = retrieval_lists(embeddings, labels, ref_embeddings, ref_labels, self_index)
+            if lists.in_batch:
+                return keep_in_graph(self.loss(lists.emb, lists.y), lists.emb)
+            return self._with_ref(lists.emb, lists.y, lists.ref, lists.yr, lists.self_index)
 
-    def _with_ref(self, emb, y, ref, yr, n_self):
+    def _with_ref(self, emb, y, ref, yr, self_index):
         same = y.unsqueeze(1) == yr.unsqueeze(0)
-        pos = clear_self_pairs(same, n_self)
+        pos = clear_self_pairs(same, self_index)
         neg = ~same
         n_pos = pos.sum(1)
         valid = n_pos > 0

@@ -75,7 +75,7 @@ class SumTripletSH(_LevelSum):
     def extra_repr(self) -> str:
         return f"levels={self.levels}, reduction={self.reduction!r}"
 
-    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None):
         levels = self.levels
         labels = hierarchical_labels(labels, 1 if levels is None else max(levels) + 1, "sum_triplet_sh")
         if levels is None:
@@ -85,7 +85,7 @@ class SumTripletSH(_LevelSum):
         values = []
         for lvl in levels:
             values.append(self.triplet(embeddings, labels[:, lvl], ref_embeddings,
-                                       None if ref_labels is None else ref_labels[:, lvl]))
+                                       None if ref_labels is None else ref_labels[:, lvl], self_index=self_index))
         return self._reduce(values)
 
 
@@ -110,7 +110,7 @@ class _ProxyLevelSum(_LevelSum):
         return (f"num_classes_per_level={self.num_classes_per_level}, levels={self.levels}, "
                 f"reduction={self.reduction!r}")
 
-    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None):
         labels = hierarchical_labels(labels, max(self.levels) + 1, type(self).__name__)
         values = []
         for lvl in self.levels:

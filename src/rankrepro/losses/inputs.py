@@ -1,17 +1,20 @@
 """Input handling shared by the losses: shape checks, label levels, the reference set.
 
 Every loss takes ``(embeddings [B, D], labels [B] or [B, L], ref_embeddings=None,
-ref_labels=None)``. :func:`check_batch` validates that and returns float32 embeddings,
-int64 labels of one level (column 0 = finest by default) and the reference set
-(detached, float32, on the embeddings' device); losses call it under
-:func:`no_autocast`. When the reference set comes from
-:class:`~rankrepro.losses.memory.MemoryLoss` it starts with the current batch (indices
-0..B-1): :func:`ref_starts_with_batch` detects that, :func:`query_lists` takes it as
-given (``ref_includes_batch``), and :func:`clear_self_pairs` / :func:`drop_self` remove
-each query's own entry.
+ref_labels=None, self_index=None)``. :func:`check_batch` validates that and returns float32
+embeddings, int64 labels of one level (column 0 = finest by default) and the reference set
+(detached, float32, on the embeddings' device); losses call it under :func:`no_autocast`.
+:func:`retrieval_lists` is the one place that builds a batch's retrieval lists: queries,
+reference set (the batch itself without one) and ``self_index``, the column of each
+query's own entry in the reference set -- given by the caller
+(:class:`~rankrepro.losses.memory.MemoryLoss` passes ``arange(B)``: the batch at the
+front), never guessed from labels or values. :func:`clear_self_pairs` / :func:`drop_self`
+remove each query's own entry.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -24,8 +27,9 @@ __all__ = [
     "hierarchical_labels",
     "check_class_range",
     "check_batch",
-    "query_lists",
-    "ref_starts_with_batch",
+    "Lists",
+    "retrieval_lists",
+    "prefix_self_index",
     "self_mask",
     "drop_self",
     "clear_self_pairs",
@@ -132,41 +136,83 @@ def check_batch(embeddings, labels, ref_embeddings=None, ref_labels=None, level:
     return emb, y, ref, yr
 
 
-def query_lists(embeddings, labels, ref_embeddings, ref_labels, ref_includes_batch: bool):
-    """:func:`check_batch` (finest level) plus where each query's own entry is: ``(emb, y, ref, yr, self_idx)``.
+@dataclass
+class Lists:
+    """The retrieval lists of a batch (see :func:`retrieval_lists`).
 
-    Without a reference set the retrieval set is the batch itself (``ref is emb``, so the
-    gradient flows through both sides of every similarity) and ``self_idx = arange(B)``.
-    With one, ``ref`` is detached; if ``ref_includes_batch`` (what
-    :class:`~rankrepro.losses.memory.MemoryLoss` passes: the current batch at indices
-    0..B-1, then the memory) each query's own entry is column ``self_idx[q] = q``;
-    otherwise the reference set holds no query and ``self_idx`` is None.
-    Call it with autocast disabled.
+    ``emb`` [B, D] float32 queries (in the graph); ``y`` their labels; ``ref`` [N, D] / ``yr``
+    the reference set and its labels -- the batch itself (``ref is emb``) when no reference
+    set is given; ``self_index`` [B] long: the column of each query's own entry in ``ref``,
+    or None when the reference set holds no query."""
+
+    emb: torch.Tensor
+    y: torch.Tensor
+    ref: torch.Tensor
+    yr: torch.Tensor
+    self_index: torch.Tensor | None
+
+    @property
+    def in_batch(self) -> bool:
+        """The reference set is the batch itself (the gradient flows through both sides)."""
+        return self.ref is self.emb
+
+    @property
+    def n_self(self) -> int:
+        """B when each query's own entry is column q (the batch at the front), 0 when there is none."""
+        return 0 if self.self_index is None else self.emb.shape[0]
+
+    def scores(self) -> torch.Tensor:
+        """[B, N] similarities ``emb @ ref.T``."""
+        return self.emb @ self.ref.T
+
+    def same(self) -> torch.Tensor:
+        """[B, N] bool, True where the reference item has the query's label ([B, L] labels: every level)."""
+        if self.y.ndim == 2:
+            return (self.y.unsqueeze(1) == self.yr.unsqueeze(0)).all(-1)
+        return self.y.unsqueeze(1) == self.yr.unsqueeze(0)
+
+    def self_mask(self) -> torch.Tensor | None:
+        """[B, N] bool, True at each query's own entry (None if the reference set holds no query)."""
+        return self_mask((self.emb.shape[0], self.ref.shape[0]), self.self_index, self.emb.device)
+
+
+def retrieval_lists(embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None,
+                    level: int | None = 0, ignore_ref: bool = False) -> Lists:
+    """The one place that builds the retrieval lists of a batch.
+
+    :func:`check_batch` (``level``: the label column, None = every column), then: without a
+    reference set the list of every query is the batch (``ref is emb``, own entry q); with
+    one, the list is the (detached) reference set, and ``self_index`` [B] says where each
+    query's own entry is in it (what :class:`~rankrepro.losses.memory.MemoryLoss` passes:
+    ``arange(B)``, the batch at the front of the reference set); None = the reference set
+    holds no query. ``self_index`` is checked (length B, in range, the labels there equal
+    the queries' labels). ``ignore_ref``: a loss that accepts a reference set and does not
+    use it (checked, then dropped). Call it with autocast disabled.
     """
-    emb, y, ref, yr = check_batch(embeddings, labels, ref_embeddings, ref_labels)
+    emb, y, ref, yr = check_batch(embeddings, labels, ref_embeddings, ref_labels, level, ignore_ref)
     B = emb.shape[0]
     if ref is None:
-        return emb, y, emb, y, torch.arange(B, device=emb.device)
-    if not ref_includes_batch:
-        return emb, y, ref, yr, None
-    if ref.shape[0] < B or not bool((yr[:B] == y).all()):
-        raise ValueError(
-            "ref_includes_batch=True but the reference set does not start with the batch "
-            "(its first B labels differ); pass ref_includes_batch=False for a reference set "
-            "that holds no query"
-        )
-    return emb, y, ref, yr, torch.arange(B, device=emb.device)
+        if self_index is not None and ref_embeddings is None:
+            raise ValueError("self_index is the position of each query in the reference set: "
+                             "it needs ref_embeddings / ref_labels")
+        return Lists(emb, y, emb, y, torch.arange(B, device=emb.device))
+    if self_index is None:
+        return Lists(emb, y, ref, yr, None)
+    idx = torch.as_tensor(self_index, device=emb.device).long()
+    if idx.shape != (B,) or (B and (int(idx.min()) < 0 or int(idx.max()) >= ref.shape[0])):
+        raise ValueError(f"self_index must be [B] = [{B}] column indices into the reference set of "
+                         f"{ref.shape[0]} items, got shape {tuple(idx.shape)}")
+    if not bool((yr[idx] == y).all()):
+        raise ValueError("self_index points at reference items whose labels differ from the queries'")
+    return Lists(emb, y, ref, yr, idx)
 
 
-def ref_starts_with_batch(embeddings: torch.Tensor, ref: torch.Tensor | None) -> bool:
-    """True when ref rows 0..B-1 are the batch itself (the MemoryLoss convention)."""
-    if ref is None:
-        return False
-    B = embeddings.shape[0]
-    if ref.shape[0] < B or ref.shape[1] != embeddings.shape[1]:
-        return False
-    a = embeddings.detach().float()
-    return bool(torch.allclose(ref[:B].float(), a, rtol=0.0, atol=1e-6))
+def prefix_self_index(lists: Lists, what: str) -> int:
+    """``lists.n_self``, after checking that each own entry is column q (the batch at the front)."""
+    idx = lists.self_index
+    if idx is not None and not lists.in_batch and not torch.equal(idx, torch.arange(idx.shape[0], device=idx.device)):
+        raise ValueError(f"{what} needs the batch at the front of the reference set (self_index = arange(B))")
+    return lists.n_self
 
 
 # ------------------------------------------------------------------- self entries
@@ -190,15 +236,19 @@ def drop_self(mat: torch.Tensor, self_idx: torch.Tensor | None) -> torch.Tensor:
     return mat[keep].view(Q, N - 1)
 
 
-def clear_self_pairs(mask: torch.Tensor, n_self: int) -> torch.Tensor:
-    """A copy of ``mask`` [B, N] with the (query i, ref i) entries, i < ``n_self``, set to 0/False.
+def clear_self_pairs(mask: torch.Tensor, self_idx) -> torch.Tensor:
+    """A copy of ``mask`` [B, N] with each query's own entry set to 0/False.
 
-    ``mask`` itself when ``n_self`` is 0 (the reference set does not start with the batch)."""
-    if not n_self:
+    ``self_idx``: [B] columns, or an int n (entries (i, i), i < n: the batch at the front);
+    ``mask`` itself when there is none (None or 0)."""
+    if self_idx is None or (isinstance(self_idx, int) and not self_idx):
         return mask
     out = mask.clone()
-    ar = torch.arange(n_self, device=mask.device)
-    out[ar, ar] = 0
+    if isinstance(self_idx, int):
+        ar = torch.arange(self_idx, device=mask.device)
+        out[ar, ar] = 0
+    else:
+        out[torch.arange(mask.shape[0], device=mask.device), self_idx] = 0
     return out
 
 

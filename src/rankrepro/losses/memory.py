@@ -3,14 +3,18 @@
 Serves XBM (Wang et al. 2020), RaMBO's batch memory (the last few batches) and
 SupRank's memory. The memory is a FIFO of the last ``size`` detached embeddings
 and labels. From epoch ``warmup_epochs`` on, the wrapped loss is called with
-``ref_embeddings = [current batch (detached), memory]``: the batch occupies
-indices 0..B-1 of the reference set (so a loss can find each query's own entry
-by index), followed by the memory, newest first. Before that epoch, the loss is
+``ref_embeddings = [current batch (detached), memory]`` and ``self_index =
+arange(B)``: the batch occupies indices 0..B-1 of the reference set and the
+wrapper says so (each query's own entry is column q), followed by the memory,
+newest first. A loss whose ``forward`` takes no ``self_index`` keyword is called
+without it. Before that epoch, the loss is
 computed in-batch only. Gradients never flow into the memory. The memory is part
 of the module's state dict, so a checkpoint resumes it exactly.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from torch import nn
@@ -27,6 +31,8 @@ class MemoryLoss(nn.Module):
         self.epoch = 0
         self.embeddings: torch.Tensor | None = None  # [n, D], newest first
         self.labels: torch.Tensor | None = None
+        params = inspect.signature(loss.forward).parameters.values()
+        self._passes_self_index = any(p.name == "self_index" or p.kind is p.VAR_KEYWORD for p in params)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -37,14 +43,16 @@ class MemoryLoss(nn.Module):
     def active(self) -> bool:
         return self.epoch >= self.warmup_epochs
 
-    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
-        if ref_embeddings is not None:
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None):
+        if ref_embeddings is not None or self_index is not None:
             raise ValueError("a loss with a memory takes no external reference set")
         labels = torch.as_tensor(labels, device=embeddings.device)
         if self.active and self.embeddings is not None:
             ref = torch.cat([embeddings.detach(), self.embeddings.to(embeddings.device, embeddings.dtype)])
             ref_labels = torch.cat([labels, self.labels.to(labels.device)])
-            value = self.loss(embeddings, labels, ref_embeddings=ref, ref_labels=ref_labels)
+            kw = {"self_index": torch.arange(embeddings.shape[0], device=embeddings.device)} \
+                if self._passes_self_index else {}
+            value = self.loss(embeddings, labels, ref_embeddings=ref, ref_labels=ref_labels, **kw)
         else:
             value = self.loss(embeddings, labels)
         if self.active and torch.is_grad_enabled():

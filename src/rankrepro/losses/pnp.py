@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
-from .inputs import attached_zero, no_autocast, query_lists, self_mask
+from .rank import DEFAULT_MAX_ELEMENTS, RankingLoss, SigmoidStep
 from .registry import register
 
-__all__ = ["PNPLoss", "PNPO", "PNPIu", "PNPIb", "PNPDs", "PNPDq"]
+__all__ = ["PNPLoss"]
 
 
-# ------------------------------------------------------------------------------- PNP
-
-
-def _pnp_rows(s_pos, s_neg, pos_valid, tau: float, f) -> torch.Tensor:
-    """Sum over each query's positives of f(R): [b] (R [b, P] = smoothed negatives before)."""
-    diff = (s_neg.unsqueeze(1) - s_pos.unsqueeze(2)) / tau  # [b, P, N]; -inf where k not negative
-    R = torch.sigmoid(diff).sum(-1)  # [b, P], no "+1"
-    return torch.where(pos_valid, f(R), torch.zeros_like(R)).sum(-1)
-
-
-class PNPLoss(torch.nn.Module):
+class PNPLoss(RankingLoss):
     r"""PNP loss: a function of the number of negatives ranked before each positive.
 
     For query q with positives P and negatives N (finest-level labels), each positive i has::
@@ -40,8 +29,10 @@ class PNPLoss(torch.nn.Module):
     ``Dq``   (1 + R)^(-alpha)                            1 - mean_q L_q
     =======  ==========================================  ===========================
 
-    Registered one name per variant: ``pnp_o``, ``pnp_iu``, ``pnp_ib``, ``pnp_ds``,
-    ``pnp_dq`` (each accepts only its own hyper-parameters). Label-based: any layout, any
+    Registered one name per variant, a registration with fixed keywords:
+    ``pnp_o``, ``pnp_iu``, ``pnp_ib``, ``pnp_ds``, ``pnp_dq`` (``variant`` fixed, and the
+    hyper-parameters that do not apply fixed to None: each name accepts only its own --
+    ``b`` for Ib, ``alpha`` and ``dq_legacy_sign`` for Dq). Label-based: any layout, any
     number of samples per class; queries with no positive besides themselves are skipped.
 
     Official code (interestingzhuo/PNPloss ``criteria/PNP.py``) vs the paper, as options:
@@ -70,54 +61,52 @@ class PNPLoss(torch.nn.Module):
     the code's default is 2).
 
     Reference set (memory): positives/negatives are taken from the (detached) reference
-    set. With ``ref_includes_batch`` (default; what ``memory={"size": ..}`` passes) each
-    query's own entry is found at index q and handled as its self entry (kept as a
-    positive if ``include_query``, removed otherwise).
+    set; each query's own entry is the column ``self_index`` gives (what
+    ``memory={"size": ..}`` passes), kept as a positive if ``include_query``, removed
+    otherwise; without ``self_index`` the reference set holds no query.
 
-    Memory: each query's positives are gathered (padded to P_max) and a [B, P_max, N]
-    tensor is built, never B x B x B; ``chunk_size`` processes queries in blocks under
-    activation checkpointing. The official sigmoid clamps x/tau to [-50, 50]: only changes
-    values below e^-50, not reproduced. Float32 (autocast disabled inside).
+    A head over the rank core (:mod:`rankrepro.losses.rank`): R(i) = rank(i) - 1 with the
+    sigmoid step counting the negatives only (``count_mask``), i.e. rank^-(i) of SupRank's
+    eq. 3. Each query's positives are gathered (padded to P_max) and [b, P_max, N] blocks
+    are built, never B x B x B; the backward recomputes each block (``chunk_size`` queries,
+    default from ``max_elements``). The official sigmoid clamps x/tau to [-50, 50]: only
+    changes values below e^-50, not reproduced. Float32 (autocast disabled inside).
     """
 
     VARIANTS = ("O", "Iu", "Ib", "Ds", "Dq")
-
     def __init__(
         self,
         variant: str = "Dq",
         tau: float = 0.01,
-        b: float = 4.0,
-        alpha: float = 4.0,
+        b: float | None = 4.0,
+        alpha: float | None = 4.0,
         include_query: bool = True,
         dq_legacy_sign: bool = False,
         index_blocks: int | None = None,
-        ref_includes_batch: bool = True,
         chunk_size: int | None = None,
+        max_elements: int = DEFAULT_MAX_ELEMENTS,
     ):
-        super().__init__()
         if variant not in self.VARIANTS:
             raise ValueError(f"variant must be one of {', '.join(self.VARIANTS)}, got {variant!r}")
-        if not tau > 0:
-            raise ValueError(f"tau must be > 0, got {tau}")
-        if not b > 0:
+        # b / alpha belong to Ib / Dq; another variant ignores them (its registration fixes them to None)
+        for name, value, owner in (("b", b, "Ib"), ("alpha", alpha, "Dq")):
+            if value is None and variant == owner:
+                raise ValueError(f"{name} is required for variant {owner!r}")
+        if b is not None and not b > 0:
             raise ValueError(f"b must be > 0, got {b}")
-        if not alpha > 0:
+        if alpha is not None and not alpha > 0:
             raise ValueError(f"alpha must be > 0 (the paper uses alpha >= 1), got {alpha}")
         if dq_legacy_sign and variant != "Dq":
             raise ValueError("dq_legacy_sign applies to variant 'Dq' only")
         if index_blocks is not None and (isinstance(index_blocks, bool) or int(index_blocks) < 2):
             raise ValueError(f"index_blocks must be an int >= 2 or None, got {index_blocks!r}")
-        if chunk_size is not None and chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1 or None, got {chunk_size}")
+        super().__init__(step=SigmoidStep(tau), include_query=include_query, chunk_size=chunk_size,
+                         max_elements=max_elements)
         self.variant = variant
-        self.tau = float(tau)
-        self.b = float(b)
-        self.alpha = float(alpha)
-        self.include_query = bool(include_query)
+        self.b = None if b is None else float(b)
+        self.alpha = None if alpha is None else float(alpha)
         self.dq_legacy_sign = bool(dq_legacy_sign)
         self.index_blocks = None if index_blocks is None else int(index_blocks)
-        self.ref_includes_batch = bool(ref_includes_batch)
-        self.chunk_size = chunk_size
 
     def extra_repr(self) -> str:
         s = f"variant={self.variant}, tau={self.tau}, include_query={self.include_query}"
@@ -143,103 +132,33 @@ class PNPLoss(torch.nn.Module):
         b = self.b  # Ib
         return (b * R - torch.log1p(b * R)) / (b * b)
 
-    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None) -> torch.Tensor:
-        with no_autocast(embeddings):
-            emb, y, ref, yr, self_idx = query_lists(
-                embeddings, labels, ref_embeddings, ref_labels, self.ref_includes_batch
-            )
-            if self.index_blocks is not None:
-                if ref_embeddings is not None:
-                    raise ValueError("index_blocks (official index-based layout) takes no reference set")
-                B = emb.shape[0]
-                if B % self.index_blocks:
-                    raise ValueError(f"index_blocks={self.index_blocks} does not divide the batch size {B}")
-                y = yr = torch.arange(B, device=emb.device) // self.index_blocks
-            return self._loss(emb, y, ref, yr, self_idx)
+    def _level_labels(self, y, yr, ref_given: bool):
+        if self.index_blocks is None:
+            return y[:, :1], yr[:, :1]
+        if ref_given:
+            raise ValueError("index_blocks (official index-based layout) takes no reference set")
+        B = y.shape[0]
+        if B % self.index_blocks:
+            raise ValueError(f"index_blocks={self.index_blocks} does not divide the batch size {B}")
+        y = (torch.arange(B, device=y.device) // self.index_blocks).unsqueeze(1)
+        return y, y
 
-    def _loss(self, emb, y, ref, yr, self_idx) -> torch.Tensor:
-        same = y.unsqueeze(1) == yr.unsqueeze(0)  # [B, N]
-        selfm = self_mask(same.shape, self_idx, emb.device)
-        others = same if selfm is None else same & ~selfm
-        valid = others.any(1)  # at least one positive besides the query itself
-        if not bool(valid.any()):
-            return attached_zero(emb)
-        pos_mask = same if (self.include_query or selfm is None) else others
-        q_idx = valid.nonzero(as_tuple=True)[0]
-        pos_mask, neg_mask = pos_mask[q_idx], ~same[q_idx]
-        n_pos = pos_mask.sum(1)
-        p_max = int(n_pos.max())
-        pos_idx = torch.topk(pos_mask.to(torch.uint8), p_max, dim=1).indices  # [Q, P_max]
-        pos_valid = torch.arange(p_max, device=emb.device).unsqueeze(0) < n_pos.unsqueeze(1)
+    def _metric(self, scores, level, list_mask, num_levels):
+        """L_q = 1/|P| sum_{i in P} f(R(i)), R(i) = rank^-(i) (the negatives counted only)."""
+        r = self._ranks(scores, level, list_mask=list_mask, need_rank_plus=False, count_mask="irrelevant")
+        per_pos = torch.where(r.valid, self.f(r.count), torch.zeros_like(r.rank))
+        return per_pos.sum(1) / r.valid.sum(1).to(per_pos.dtype)
 
-        sims = emb[q_idx] @ ref.T  # [Q, N]
-        s_pos = sims.gather(1, pos_idx)
-        s_neg = sims.masked_fill(~neg_mask, float("-inf"))
-
-        Q = q_idx.shape[0]
-        step = self.chunk_size or Q
-        parts = []
-        for a in range(0, Q, step):
-            args = (s_pos[a : a + step], s_neg[a : a + step], pos_valid[a : a + step], self.tau, self.f)
-            if self.chunk_size is not None and torch.is_grad_enabled() and Q > step:
-                parts.append(checkpoint(_pnp_rows, *args, use_reentrant=False))
-            else:
-                parts.append(_pnp_rows(*args))
-        per_query = torch.cat(parts) / n_pos.to(sims.dtype)
-        value = per_query.mean()
+    def _reduce(self, metric: torch.Tensor) -> torch.Tensor:
+        value = metric.mean()
         if self.variant == "Dq" and not self.dq_legacy_sign:
             return 1.0 - value
         return value
 
 
-@register("pnp_o")
-class PNPO(PNPLoss):
-    """PNP-O (eq. 5): mean number of negatives before each positive. See :class:`PNPLoss`."""
-
-    def __init__(self, tau: float = 0.01, include_query: bool = True, index_blocks: int | None = None,
-                 ref_includes_batch: bool = True, chunk_size: int | None = None):
-        super().__init__("O", tau=tau, include_query=include_query, index_blocks=index_blocks,
-                         ref_includes_batch=ref_includes_batch, chunk_size=chunk_size)
-
-
-@register("pnp_iu")
-class PNPIu(PNPLoss):
-    """PNP-I_u (eq. 7): f(R) = (1+R) log(1+R). See :class:`PNPLoss`."""
-
-    def __init__(self, tau: float = 0.01, include_query: bool = True, index_blocks: int | None = None,
-                 ref_includes_batch: bool = True, chunk_size: int | None = None):
-        super().__init__("Iu", tau=tau, include_query=include_query, index_blocks=index_blocks,
-                         ref_includes_batch=ref_includes_batch, chunk_size=chunk_size)
-
-
-@register("pnp_ib")
-class PNPIb(PNPLoss):
-    """PNP-I_b (eq. 9): f(R) = (bR - log(1+bR)) / b^2; b = 4 (SOP best; 1 on VehicleID)."""
-
-    def __init__(self, tau: float = 0.01, b: float = 4.0, include_query: bool = True,
-                 index_blocks: int | None = None, ref_includes_batch: bool = True,
-                 chunk_size: int | None = None):
-        super().__init__("Ib", tau=tau, b=b, include_query=include_query, index_blocks=index_blocks,
-                         ref_includes_batch=ref_includes_batch, chunk_size=chunk_size)
-
-
-@register("pnp_ds")
-class PNPDs(PNPLoss):
-    """PNP-D_s (eq. 12): f(R) = log(1+R). See :class:`PNPLoss`."""
-
-    def __init__(self, tau: float = 0.01, include_query: bool = True, index_blocks: int | None = None,
-                 ref_includes_batch: bool = True, chunk_size: int | None = None):
-        super().__init__("Ds", tau=tau, include_query=include_query, index_blocks=index_blocks,
-                         ref_includes_batch=ref_includes_batch, chunk_size=chunk_size)
-
-
-@register("pnp_dq")
-class PNPDq(PNPLoss):
-    """PNP-D_q (eq. 13): 1 - mean (1+R)^-alpha; alpha = 4 (README best run). See :class:`PNPLoss`."""
-
-    def __init__(self, tau: float = 0.01, alpha: float = 4.0, include_query: bool = True,
-                 dq_legacy_sign: bool = False, index_blocks: int | None = None,
-                 ref_includes_batch: bool = True, chunk_size: int | None = None):
-        super().__init__("Dq", tau=tau, alpha=alpha, include_query=include_query,
-                         dq_legacy_sign=dq_legacy_sign, index_blocks=index_blocks,
-                         ref_includes_batch=ref_includes_batch, chunk_size=chunk_size)
+# variants: registrations with fixed keywords (hyper-parameters of other variants fixed to None)
+register("pnp_o", variant="O", b=None, alpha=None, dq_legacy_sign=False)(PNPLoss)
+register("pnp_iu", variant="Iu", b=None, alpha=None, dq_legacy_sign=False)(PNPLoss)
+register("pnp_ib", variant="Ib", alpha=None, dq_legacy_sign=False)(PNPLoss)
+register("pnp_ds", variant="Ds", b=None, alpha=None, dq_legacy_sign=False)(PNPLoss)
+register("pnp_dq", variant="Dq", b=None)(PNPLoss)

@@ -1,95 +1,157 @@
-"""Name -> loss-class registry.
+"""The loss registry: a thin layer over :class:`rankrepro.registry.Registry`.
 
-``@register("name")`` on an ``nn.Module`` subclass; ``build("name", **hparams)``
-instantiates it after checking every hyper-parameter name against the class
-``__init__`` signature; ``names()`` lists what is registered.
+``@register("name")`` on an ``nn.Module`` subclass (or ``register("name", **fixed)(builder)``
+for a variant: fixed keywords, e.g. ``register("pnp_dq", variant="Dq")(PNPLoss)``);
+``build("name", **hparams)`` checks every hyper-parameter (unknown names, JSON types)
+before building; ``names()`` lists what is registered, ``defaults(name)`` the keyword
+defaults (JSON values) and ``accepted_hparams(name)`` the settable names.
+
+The data sizes a loss may need (``num_classes``, ``num_classes_per_level``,
+``embedding_size``) are the registry's *context*: not hyper-parameters of a run, passed by
+the caller through ``build(..., context={...})`` and given only to the losses whose
+signature takes them.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Callable, TypeVar
 
 import torch
 
-__all__ = ["register", "build", "names", "get", "accepted_hparams", "HyperParameterError"]
+from rankrepro.registry import ParameterError, Registry
 
-_REGISTRY: dict[str, type] = {}
+__all__ = ["LOSSES", "CONTEXT", "register", "build", "names", "get", "defaults", "accepted_hparams",
+           "HyperParameterError", "compose", "pick",
+           "data_context"]
 
-T = TypeVar("T", bound=type)
+CONTEXT = ("num_classes", "num_classes_per_level", "embedding_size")
+LOSSES = Registry("loss", package="rankrepro.losses", context=CONTEXT)
+
+MEMORY_KEYS = ("size", "warmup_epochs")
 
 
-class HyperParameterError(TypeError, ValueError):
-    """Unknown hyper-parameter name (a TypeError and a ValueError)."""
+class HyperParameterError(ParameterError):
+    """A hyper-parameter a loss does not accept (a TypeError and a ValueError)."""
 
 
-def register(name: str) -> Callable[[T], T]:
-    """Class decorator registering a loss under ``name`` (must be unique)."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"loss name must be a non-empty string, got {name!r}")
-
-    def deco(cls: T) -> T:
-        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
-            raise TypeError(f"@register({name!r}) expects an nn.Module subclass, got {cls!r}")
-        prev = _REGISTRY.get(name)
-        if prev is not None and (prev.__module__, prev.__qualname__) != (
-            cls.__module__,
-            cls.__qualname__,
-        ):
-            raise ValueError(f"loss name {name!r} already registered by {prev!r}")
-        _REGISTRY[name] = cls
-        return cls
-
-    return deco
+def register(name: str, builder=None, **fixed):
+    """Register a loss class (or builder) under ``name``, with ``fixed`` keywords; a decorator without ``builder``."""
+    return LOSSES.register(name, builder, **fixed)
 
 
 def names() -> list[str]:
     """Sorted registered loss names."""
-    return sorted(_REGISTRY)
+    return LOSSES.names()
 
 
-def get(name: str) -> type:
-    """Registered class for ``name`` (ValueError listing the known names otherwise)."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown loss {name!r}; registered: {', '.join(names()) or '(none)'}") from None
-
-
-def _allowed_hparams(cls: type) -> tuple[list[str], bool]:
-    params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # drop self
-    var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
-    allowed = [
-        p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    ]
-    return allowed, var_kw
+def get(name: str):
+    """The registry entry of ``name`` (:class:`rankrepro.registry.Entry`: builder, fixed keywords, parameters);
+    an :class:`~rankrepro.registry.UnknownNameError` (a ValueError) listing the known names otherwise."""
+    return LOSSES.get(name)
 
 
 def accepted_hparams(name: str) -> list[str]:
-    """The hyper-parameter names the loss registered as ``name`` accepts."""
-    return _allowed_hparams(get(name))[0]
+    """The keyword names :func:`build` accepts for ``name``: its hyper-parameters, then the data
+    sizes (context) its builder takes; fixed keywords excluded."""
+    entry = get(name)
+    takes = {p.name for p in entry.signature_parameters()}
+    return list(entry.parameters()) + [k for k in CONTEXT if k in takes]
 
 
-def build(name: str, memory: dict | None = None, **hparams) -> torch.nn.Module:
+def defaults(name: str) -> dict:
+    """``{hyper-parameter: default}`` of ``name`` (JSON values; required ones are left out)."""
+    return get(name).defaults()
+
+
+def data_context(num_classes_per_level, embedding_size: int) -> dict:
+    """The build context of a training set: ``num_classes`` (finest level), ``num_classes_per_level``
+    (finest first) and ``embedding_size``."""
+    counts = [int(c) for c in num_classes_per_level]
+    return {"num_classes": counts[0], "num_classes_per_level": counts, "embedding_size": int(embedding_size)}
+
+
+def build(name: str, memory: dict | None = None, context: dict | None = None, **hparams) -> torch.nn.Module:
     """Instantiate the loss registered as ``name`` with keyword hyper-parameters.
 
-    ``memory`` (``{"size": N, "warmup_epochs": E}``) wraps it in a cross-batch
-    memory (:class:`rankrepro.losses.memory.MemoryLoss`).
+    ``memory`` (``{"size": N, "warmup_epochs": E}``) wraps it in a cross-batch memory
+    (:class:`rankrepro.losses.memory.MemoryLoss`). ``context``: the training set's sizes
+    (``num_classes``, ``num_classes_per_level``, ``embedding_size``), passed only to the
+    losses whose signature takes them (sizes given as keywords, ``build("csl",
+    num_classes_per_level=[...], embedding_size=...)``, are taken as context too). Unknown or
+    mistyped hyper-parameters raise :class:`HyperParameterError` naming them.
     """
+    entry = get(name)
+    sizes = {k: hparams.pop(k) for k in CONTEXT if k in hparams}
+    if sizes:
+        context = {**(context or {}), **sizes}
+    if memory is not None:
+        unknown = sorted(set(memory) - set(MEMORY_KEYS))
+        if unknown:
+            raise HyperParameterError(f"memory got unknown key(s) {unknown}; allowed: {', '.join(MEMORY_KEYS)}")
+    na = sorted(k for k in hparams if k in entry.fixed and entry.fixed[k] is None)
+    if na:  # a variant's registration fixes the hyper-parameters of other variants to None
+        raise HyperParameterError(f"loss {name!r} takes no parameter {', '.join(map(repr, na))} (it belongs to "
+                                  f"another variant); allowed: {', '.join(entry.parameters()) or '(none)'}")
+    try:
+        entry.check(hparams)
+    except ParameterError as err:
+        raise HyperParameterError(str(err)) from None
+    loss = entry.build(context=context, **hparams)
     if memory is not None:
         from .memory import MemoryLoss
 
-        unknown = sorted(set(memory) - {"size", "warmup_epochs"})
-        if unknown:
-            raise HyperParameterError(f"memory got unknown key(s) {unknown}; allowed: size, warmup_epochs")
-        return MemoryLoss(build(name, **hparams), **memory)
-    cls = get(name)
-    allowed, var_kw = _allowed_hparams(cls)
-    if not var_kw:
-        bad = sorted(set(hparams) - set(allowed))
-        if bad:
-            raise HyperParameterError(
-                f"loss {name!r} got unknown hyper-parameter(s) {', '.join(map(repr, bad))}; "
-                f"allowed: {', '.join(allowed) or '(none)'}"
-            )
-    return cls(**hparams)
+        return MemoryLoss(loss, **memory)
+    return loss
+
+
+def _keyword_parameters(fn) -> list[inspect.Parameter]:
+    params = list(inspect.signature(fn.__init__ if isinstance(fn, type) else fn).parameters.values())
+    if isinstance(fn, type):
+        params = params[1:]
+    return [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "step"]
+
+
+def compose(name: str, module: str, make, *parts, doc: str | None = None, fixed: dict | None = None,
+            **defaults):
+    """A builder with one flat keyword signature made of the parts' keyword parameters.
+
+    ``parts``: callables (classes or functions) whose keyword parameters (``step`` excepted)
+    become the builder's, in order, with ``defaults`` overriding their defaults; the same
+    name may not come from two parts; ``fixed`` parameters are left out of the signature
+    and always take their fixed value. ``make(values)`` gets every value (given or default)
+    and builds the loss; :func:`pick` selects one part's values. The builder is named
+    ``name`` in ``module`` (assign it to that module-level name), so the registry reads
+    plain JSON parameters from it -- e.g. Sup-AP = ``APLoss(step=SupRankStep(tau=..., ...))``
+    registered with flat ``tau``, ``rho``, ... keywords.
+    """
+    params: dict[str, inspect.Parameter] = {}
+    fixed = dict(fixed or {})
+    for part in parts:
+        for p in _keyword_parameters(part):
+            if p.name in fixed:
+                continue
+            if p.name in params:
+                raise ValueError(f"{name}: parameter {p.name!r} comes from two parts")
+            params[p.name] = p.replace(kind=inspect.Parameter.KEYWORD_ONLY,
+                                       default=defaults.get(p.name, p.default))
+    unknown = sorted(set(defaults) - set(params))
+    if unknown:
+        raise ValueError(f"{name}: defaults for unknown parameter(s) {unknown}")
+    signature = inspect.Signature(list(params.values()))
+
+    def builder(**kwargs):
+        bound = signature.bind(**kwargs)
+        bound.apply_defaults()
+        return make({**bound.arguments, **fixed})
+
+    builder.__signature__ = signature
+    builder.__name__ = builder.__qualname__ = name
+    builder.__module__ = module
+    builder.__doc__ = doc
+    return builder
+
+
+def pick(values: dict, part) -> dict:
+    """The entries of ``values`` that are keyword parameters of ``part``."""
+    names_ = {p.name for p in _keyword_parameters(part)}
+    return {k: v for k, v in values.items() if k in names_}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .inputs import attached_zero, check_batch, clear_self_pairs, no_autocast, ref_starts_with_batch
+from .inputs import attached_zero, clear_self_pairs, no_autocast, retrieval_lists
 from .registry import register
 
 __all__ = ["SoftBinAP", "soft_bins"]
@@ -47,8 +47,8 @@ class SoftBinAP(torch.nn.Module):
     ``include_query`` (official code = ``True``, default): the query is in its own list
     (score s_qq = 1, relevant), as in SupRank's in-batch training; ``False`` removes it
     (Revaud et al.'s paper setting, query not in the database). With a reference set, the
-    list is the reference set; if it starts with the current batch (memory convention),
-    ``include_query=False`` drops each query's own row by index.
+    list is the reference set; ``include_query=False`` drops each query's own entry, the
+    column ``self_index`` gives (the memory passes it).
 
     Queries with no relevant item besides themselves are skipped (the official code
     divides by zero there); if none is left the loss is 0, still attached to the graph.
@@ -68,22 +68,18 @@ class SoftBinAP(torch.nn.Module):
         return (f"num_bins={self.num_bins}, s_min={self.s_min}, s_max={self.s_max}, "
                 f"include_query={self.include_query}")
 
-    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None):
         with no_autocast(embeddings):
-            emb, y, ref, yr = check_batch(embeddings, labels, ref_embeddings, ref_labels)
-            if ref is None:
-                ref, yr, n_self = emb, y, emb.shape[0]
-            else:
-                n_self = emb.shape[0] if ref_starts_with_batch(emb, ref) else 0
-            return self._loss(emb, y, ref, yr, n_self)
+            return self._loss(retrieval_lists(embeddings, labels, ref_embeddings, ref_labels, self_index))
 
-    def _loss(self, emb, y, ref, yr, n_self):
-        scores = emb @ ref.T  # [B, N]
-        target = (y.unsqueeze(1) == yr.unsqueeze(0)).to(scores.dtype)
-        others = clear_self_pairs(target, n_self)  # relevant items besides the query itself
+    def _loss(self, lists):
+        emb, own = lists.emb, lists.self_index
+        scores = lists.scores()  # [B, N]
+        target = lists.same().to(scores.dtype)
+        others = clear_self_pairs(target, own)  # relevant items besides the query itself
         keep = torch.ones_like(target)
         if not self.include_query:
-            keep, target = clear_self_pairs(keep, n_self), others
+            keep, target = clear_self_pairs(keep, own), others
         valid = others.sum(1) > 0
         if not bool(valid.any()):
             return attached_zero(emb)

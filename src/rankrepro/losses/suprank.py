@@ -1,7 +1,7 @@
 r"""SupRank family (Ramzi et al., TPAMI "Optimization of Rank Losses for Image Retrieval";
 ROADMAP NeurIPS 2021; HAPPIER ECCV 2022): thin heads over :mod:`rankrepro.losses.rank`.
 
-Registered losses (all ``loss(embeddings, labels, ref_embeddings=None, ref_labels=None)``):
+Registered losses (all ``loss(embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None)``):
 
 ==================  ==========================================================================
 ``sup_ap``          1 - mean AP with SupRank ranks (eq. 11)
@@ -26,9 +26,9 @@ Conventions shared by all (official-code facts: ``spec/reference/suprank.md`` §
   the query is in its own retrieval list (score s_qq, relevant at the top level), so
   the batch AP includes a "self" positive at rank ~1 and normalises by |P| including it.
   ``False``: the paper text, the query is removed from its list. With a reference set
-  (memory), the list is the reference set (detached); the query's own entry is found when
-  the reference set starts with the batch (as ``MemoryLoss`` builds it, and as the official
-  XBM enqueues before reading) and kept iff ``include_query``.
+  (memory), the list is the reference set (detached); the query's own entry is the column
+  ``self_index`` gives (``MemoryLoss`` passes it: the batch first, as the official XBM
+  enqueues before reading) and is kept iff ``include_query``.
 * Queries with no relevant item in their list other than themselves are skipped (mean
   over the others; the loss is 0, still attached to the graph, if none is left). Under
   the papers' m-per-class samplers no query is skipped.
@@ -42,6 +42,10 @@ Conventions shared by all (official-code facts: ``spec/reference/suprank.md`` §
   bounds there. ``offset=None`` = sigma(delta/tau) + start (the value in eq. 4).
   ``step_fix``: ``"post_pr13"`` = rho (t - delta) + offset (paper eq. 4, SupRank code,
   default), ``"pre_pr13"`` = rho t + offset (ROADMAP NeurIPS code before PR #13).
+* Structure: each head (:class:`~rankrepro.losses.rank.APLoss`, :class:`RecallLoss`,
+  :class:`HAPLoss`, :class:`NDCGLoss`) takes its surrogate as one keyword-only ``step=``
+  object; each registered name is a builder (:func:`~rankrepro.losses.registry.compose`)
+  with flat JSON keywords: the step's (``tau``, ``rho``, ...), the head's, the combination's.
 * Memory: ranks are only computed for relevant items, in query blocks of at most
   ``max_elements`` [b, P, N] entries (``chunk_size`` = queries per block overrides),
   with an analytic backward that recomputes each block -- see
@@ -56,9 +60,10 @@ import torch
 from torch import nn
 
 from .calibration import CalibrationLoss, NormalizedSoftmaxDG
-from .inputs import attached_zero, no_autocast
 from .rank import (
     DEFAULT_MAX_ELEMENTS,
+    APLoss,
+    RankingLoss,
     SigmoidStep,
     Step,
     SupRankStep,
@@ -66,127 +71,94 @@ from .rank import (
     happier_relevance,
     ideal_dcg,
     ndcg_head,
-    prepare_lists,
     recall_head,
-    relevant_ranks,
-    shared_levels,
+    stepped,
 )
-from .registry import register
+from .registry import compose, pick, register
 
 __all__ = [
+    "RecallLoss", "HAPLoss", "NDCGLoss", "Combined",
     "SupAP", "SupRecall", "SmoothRecall", "SupHAP", "SmoothHAP", "SupNDCG", "SmoothNDCG",
     "ROADMAP", "RODRecall", "HAPPIER", "HAPPIERF", "RODNDCG",
 ]
 
 DEFAULT_AT_K = (1, 2, 4, 8, 16)
 DECOMPOSABILITY = ("proxy", "pair")
+#: the SupRank step of the SOP/CUB configs (``offset`` 1.44; SupRankStep's own default is None)
+SUP_DEFAULTS = {"offset": 1.44}
 
 
-def _check_chunk(chunk_size, max_elements):
-    if chunk_size is not None and int(chunk_size) < 1:
-        raise ValueError(f"chunk_size must be >= 1 or None, got {chunk_size}")
-    if int(max_elements) < 1:
-        raise ValueError(f"max_elements must be >= 1, got {max_elements}")
+# -------------------------------------------------------------------------------- heads
 
 
-def _check_at_k(at_k, temp):
-    at_k = tuple(int(k) for k in (at_k if isinstance(at_k, (list, tuple)) else [at_k]))
-    if not at_k or min(at_k) < 1:
-        raise ValueError(f"at_k must be a non-empty list of integers >= 1, got {at_k}")
-    if not temp > 0:
-        raise ValueError(f"temp must be > 0, got {temp}")
-    return at_k
+class RecallLoss(RankingLoss):
+    r"""1 - mean_{k in K} 1/min(|P|, k) sum_{p in P} sigma((k - rank(p)) / temp) (eq. 16).
 
+    ``at_k`` = K, ``temp`` = tau* of the outer sigmoid; rank from ``step``."""
 
-class _RankingLoss(nn.Module):
-    """Shared forward: lists, levels, kept queries; subclasses implement ``_metric``."""
-
-    hierarchical = False
-
-    def __init__(self, step: Step, include_query: bool, chunk_size, max_elements):
-        super().__init__()
-        _check_chunk(chunk_size, max_elements)
-        self.step = step
-        self.include_query = bool(include_query)
-        self.chunk_size = None if chunk_size is None else int(chunk_size)
-        self.max_elements = int(max_elements)
-
-    def extra_repr(self) -> str:
-        return f"step={self.step!r}, include_query={self.include_query}"
-
-    def _ranks(self, scores, level, rel=None, list_mask=None, need_rank_plus=True):
-        return relevant_ranks(scores, level, self.step, rel=rel, list_mask=list_mask,
-                              need_rank_plus=need_rank_plus, chunk_size=self.chunk_size,
-                              max_elements=self.max_elements)
-
-    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
-        with no_autocast(embeddings):
-            emb, y, _, yr, scores, lst, self_col = prepare_lists(
-                embeddings, labels, ref_embeddings, ref_labels, self.include_query)
-            if not self.hierarchical:
-                y, yr = y[:, :1], yr[:, :1]
-            level = shared_levels(y, yr) * lst
-            return self.loss_from_scores(scores, level, lst, self_col, num_levels=y.shape[1])
-
-    def loss_from_scores(self, scores, level, list_mask, self_col, num_levels=1):
-        """1 - mean metric from [B, N] scores and levels (the query's list given by list_mask)."""
-        cols = torch.arange(scores.shape[1], device=scores.device).unsqueeze(0)
-        keep = ((level > 0) & list_mask & (cols != self_col.unsqueeze(1))).any(1)
-        if not bool(keep.any()):
-            return attached_zero(scores)
-        if not bool(keep.all()):
-            q = keep.nonzero(as_tuple=True)[0]
-            scores, level, list_mask = scores[q], level[q], list_mask[q]
-        return 1.0 - self._metric(scores, level, list_mask, num_levels).mean()
-
-    def _metric(self, scores, level, list_mask, num_levels):  # pragma: no cover - abstract
-        raise NotImplementedError
-
-
-def _sup_step(tau, rho, delta, start, offset, step_fix):
-    return SupRankStep(tau=tau, rho=rho, delta=delta, start=start, offset=offset, step_fix=step_fix)
-
-
-# ----------------------------------------------------------------------------------- AP
-
-
-class _APHead:
-    def _metric(self, scores, level, list_mask, num_levels):
-        r = self._ranks(scores, level, list_mask=list_mask)
-        return ap_head(r, level.sum(1).to(scores.dtype))
-
-
-@register("sup_ap")
-class SupAP(_APHead, _RankingLoss):
-    r"""Sup-AP (eq. 11): 1 - mean_q 1/|P| sum_{k in P} rank+(k) / (rank+(k) + rank^-_s(k)).
-
-    rank+ uses the exact H, rank^-_s SupRank's H^- over the negatives (see the module
-    docstring for ``tau``, ``rho``, ``delta``, ``start``, ``offset``, ``step_fix`` and
-    ``include_query``). Upper bound of 1 - AP with ``start >= 0.5``, ``offset >= 1``.
-    """
-
-    def __init__(self, tau: float = 0.01, rho: float = 100.0, delta: float = 0.05, start: float = 0.5,
-                 offset: float | None = 1.44, step_fix: str = "post_pr13", include_query: bool = True,
-                 chunk_size: int | None = None, max_elements: int = DEFAULT_MAX_ELEMENTS):
-        super().__init__(_sup_step(tau, rho, delta, start, offset, step_fix), include_query, chunk_size,
-                         max_elements)
-
-
-# ------------------------------------------------------------------------------- R@k
-
-
-class _RecallHead:
-    def _metric(self, scores, level, list_mask, num_levels):
-        r = self._ranks(scores, level, list_mask=list_mask, need_rank_plus=False)
-        return recall_head(r, level.sum(1), self.at_k, self.temp)
+    def __init__(self, *, step: Step, at_k: Sequence[int] = DEFAULT_AT_K, temp: float = 1.0,
+                 include_query: bool = True, chunk_size: int | None = None,
+                 max_elements: int = DEFAULT_MAX_ELEMENTS):
+        super().__init__(step=step, include_query=include_query, chunk_size=chunk_size, max_elements=max_elements)
+        at_k = tuple(int(k) for k in (at_k if isinstance(at_k, (list, tuple)) else [at_k]))
+        if not at_k or min(at_k) < 1:
+            raise ValueError(f"at_k must be a non-empty list of integers >= 1, got {at_k}")
+        if not temp > 0:
+            raise ValueError(f"temp must be > 0, got {temp}")
+        self.at_k, self.temp = at_k, float(temp)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, at_k={list(self.at_k)}, temp={self.temp}"
 
+    def _metric(self, scores, level, list_mask, num_levels):
+        r = self._ranks(scores, level, list_mask=list_mask, need_rank_plus=False)
+        return recall_head(r, level.sum(1), self.at_k, self.temp)
 
-@register("sup_recall")
-class SupRecall(_RecallHead, _RankingLoss):
-    r"""Sup-R@K (eq. 16): 1 - mean_{k in K} 1/min(|P|, k) sum_{p in P} sigma((k - rank_s(p)) / temp).
+
+class HAPLoss(RankingLoss):
+    r"""1 - mean H-AP (eq. 19 / 21) with HAPPIER's relevance (eq. 20, exponent ``alpha``)."""
+
+    hierarchical = True
+
+    def __init__(self, *, step: Step, alpha: float = 1.0, include_query: bool = True,
+                 chunk_size: int | None = None, max_elements: int = DEFAULT_MAX_ELEMENTS):
+        super().__init__(step=step, include_query=include_query, chunk_size=chunk_size, max_elements=max_elements)
+        if not alpha >= 0:
+            raise ValueError(f"alpha (relevance exponent) must be >= 0, got {alpha}")
+        self.alpha = float(alpha)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, alpha={self.alpha}"
+
+    def _metric(self, scores, level, list_mask, num_levels):
+        rel = happier_relevance(level, num_levels, self.alpha, list_mask)
+        r = self._ranks(scores, level, rel=rel, list_mask=list_mask)
+        return ap_head(r, rel.sum(1))
+
+
+class NDCGLoss(RankingLoss):
+    r"""1 - mean NDCG (eq. 23 / 24): gains 2^l - 1 (l = shared levels), iDCG at exact ranks."""
+
+    hierarchical = True
+
+    def _metric(self, scores, level, list_mask, num_levels):
+        gains = 2.0 ** level.to(scores.dtype) - 1.0  # 0 outside the list (level 0 there)
+        r = self._ranks(scores, level, list_mask=list_mask, need_rank_plus=False)
+        return ndcg_head(r, gains.gather(1, r.index) * r.valid, ideal_dcg(gains, list_mask))
+
+
+def _stepped(name, head, step_cls, doc, **defaults):
+    return stepped(name, __name__, head, step_cls, doc, **defaults)
+
+
+SupAP = register("sup_ap", _stepped("SupAP", APLoss, SupRankStep, r"""Sup-AP (eq. 11): 1 - mean_q 1/|P| sum_{k in P} rank+(k) / (rank+(k) + rank^-_s(k)).
+
+    rank+ uses the exact H, rank^-_s SupRank's H^- over the negatives (see the module
+    docstring for ``tau``, ``rho``, ``delta``, ``start``, ``offset``, ``step_fix`` and
+    ``include_query``). Upper bound of 1 - AP with ``start >= 0.5``, ``offset >= 1``.
+    """, **SUP_DEFAULTS))
+
+SupRecall = register("sup_recall", _stepped("SupRecall", RecallLoss, SupRankStep, r"""Sup-R@K (eq. 16): 1 - mean_{k in K} 1/min(|P|, k) sum_{p in P} sigma((k - rank_s(p)) / temp).
 
     rank_s = rank+ + rank^-_s (SupRank), K = ``at_k`` = {1, 2, 4, 8, 16} and
     ``temp`` = tau* = 1 (``suprecall.yaml``; Patel et al.'s tau_1). |P| counts the query
@@ -194,126 +166,43 @@ class SupRecall(_RecallHead, _RankingLoss):
     1 - R@K, not a guaranteed upper bound: a positive just beyond rank k still scores
     sigma(-1/temp) > 0 (see the tests; it tends to one as ``temp`` -> 0). Any number of
     positives per query (the official ``reduce_rank`` view needs equal counts).
-    """
+    """, **SUP_DEFAULTS))
 
-    def __init__(self, at_k: Sequence[int] = DEFAULT_AT_K, temp: float = 1.0, tau: float = 0.01,
-                 rho: float = 100.0, delta: float = 0.05, start: float = 0.5, offset: float | None = 1.44,
-                 step_fix: str = "post_pr13", include_query: bool = True, chunk_size: int | None = None,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS):
-        super().__init__(_sup_step(tau, rho, delta, start, offset, step_fix), include_query, chunk_size,
-                         max_elements)
-        self.at_k, self.temp = _check_at_k(at_k, temp), float(temp)
-
-
-@register("smooth_recall")
-class SmoothRecall(_RecallHead, _RankingLoss):
-    r"""Smooth-R@K (Patel et al. CVPR'22, paper Tab. II baseline, ``smoothrecall.yaml``).
+SmoothRecall = register("smooth_recall", _stepped("SmoothRecall", RecallLoss, SigmoidStep, r"""Smooth-R@K (Patel et al. CVPR'22, paper Tab. II baseline, ``smoothrecall.yaml``).
 
     1 - mean_{k in K} 1/min(|P|, k) sum_{p in P} sigma((k - rank(p)) / temp), with
     rank(p) = 1 + sum_{j != p} sigma((s_j - s_p) / tau) over every pair. K = {1,2,4,8,16},
     ``tau`` = 0.01 (tau_2), ``temp`` = 1 (tau_1 = tau*). Patel et al. leave the query out
     of its list; the SupRank code (default ``include_query=True``) keeps it.
-    """
+    """))
 
-    def __init__(self, at_k: Sequence[int] = DEFAULT_AT_K, temp: float = 1.0, tau: float = 0.01,
-                 include_query: bool = True, chunk_size: int | None = None,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS):
-        super().__init__(SigmoidStep(tau), include_query, chunk_size, max_elements)
-        self.at_k, self.temp = _check_at_k(at_k, temp), float(temp)
-
-
-# ------------------------------------------------------------------------------ H-AP
-
-
-class _HAPHead:
-    hierarchical = True
-
-    def _metric(self, scores, level, list_mask, num_levels):
-        rel = happier_relevance(level, num_levels, self.alpha, list_mask)
-        r = self._ranks(scores, level, rel=rel, list_mask=list_mask)
-        return ap_head(r, rel.sum(1))
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, alpha={self.alpha}"
-
-
-def _check_alpha(alpha):
-    if not alpha >= 0:
-        raise ValueError(f"alpha (relevance exponent) must be >= 0, got {alpha}")
-    return float(alpha)
-
-
-@register("sup_hap")
-class SupHAP(_HAPHead, _RankingLoss):
-    r"""Sup-H-AP (eq. 21): 1 - mean_q 1/sum rel sum_{k in P} H-rank+(k) / (rank+(k) + rank^-_s(k)).
+SupHAP = register("sup_hap", _stepped("SupHAP", HAPLoss, SupRankStep, r"""Sup-H-AP (eq. 21): 1 - mean_q 1/sum rel sum_{k in P} H-rank+(k) / (rank+(k) + rank^-_s(k)).
 
     Labels [B, L] (finest first). Level l = number of shared levels; relevance (eq. 20)
     rel(k) = (l/L)^alpha / |Omega^(l)| (HAPPIER 'pop', ``alpha`` = 1 in every config);
     H-rank+(k) = rel(k) + sum_{j != k} H(s_j - s_k) min(rel(k), rel(j)) (eq. 18, exact H:
     ``with_hrank: False`` in every SupRank config); rank^-_s = SupRank H^- over the items of
     a strictly lower level. With one level it equals Sup-AP.
-    """
+    """, **SUP_DEFAULTS))
 
-    def __init__(self, alpha: float = 1.0, tau: float = 0.01, rho: float = 100.0, delta: float = 0.05,
-                 start: float = 0.5, offset: float | None = 1.44, step_fix: str = "post_pr13",
-                 include_query: bool = True, chunk_size: int | None = None,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS):
-        super().__init__(_sup_step(tau, rho, delta, start, offset, step_fix), include_query, chunk_size,
-                         max_elements)
-        self.alpha = _check_alpha(alpha)
+SmoothHAP = register("smooth_hap", _stepped("SmoothHAP", HAPLoss, SigmoidStep,
+                                            """H-AP with sigmoid(t / tau) ranks on every pair, rank and H-rank+ (``smoothhap.yaml``)."""))
 
-
-@register("smooth_hap")
-class SmoothHAP(_HAPHead, _RankingLoss):
-    """H-AP with sigmoid(t / tau) ranks on every pair, rank and H-rank+ (``smoothhap.yaml``)."""
-
-    def __init__(self, alpha: float = 1.0, tau: float = 0.01, include_query: bool = True,
-                 chunk_size: int | None = None, max_elements: int = DEFAULT_MAX_ELEMENTS):
-        super().__init__(SigmoidStep(tau), include_query, chunk_size, max_elements)
-        self.alpha = _check_alpha(alpha)
-
-
-# ------------------------------------------------------------------------------ NDCG
-
-
-class _NDCGHead:
-    hierarchical = True
-
-    def _metric(self, scores, level, list_mask, num_levels):
-        gains = (2.0 ** level.to(scores.dtype) - 1.0) * list_mask
-        r = self._ranks(scores, level, list_mask=list_mask, need_rank_plus=False)
-        return ndcg_head(r, gains.gather(1, r.index) * r.valid, ideal_dcg(gains, list_mask))
-
-
-@register("sup_ndcg")
-class SupNDCG(_NDCGHead, _RankingLoss):
-    r"""Sup-NDCG (eq. 24): 1 - mean_q sum_k (2^{l_k} - 1) / log2(1 + rank_s(k)) / iDCG_q.
+SupNDCG = register("sup_ndcg", _stepped("SupNDCG", NDCGLoss, SupRankStep, r"""Sup-NDCG (eq. 24): 1 - mean_q sum_k (2^{l_k} - 1) / log2(1 + rank_s(k)) / iDCG_q.
 
     l_k = number of shared levels (the official gains use this level count, not HAPPIER
     relevances); rank_s = SupRank rank (H^- over strictly lower levels); iDCG with the
     exact ideal ranks. Upper bound of 1 - NDCG with ``start >= 0.5``, ``offset >= 1``.
-    """
+    """, **SUP_DEFAULTS))
 
-    def __init__(self, tau: float = 0.01, rho: float = 100.0, delta: float = 0.05, start: float = 0.5,
-                 offset: float | None = 1.44, step_fix: str = "post_pr13", include_query: bool = True,
-                 chunk_size: int | None = None, max_elements: int = DEFAULT_MAX_ELEMENTS):
-        super().__init__(_sup_step(tau, rho, delta, start, offset, step_fix), include_query, chunk_size,
-                         max_elements)
-
-
-@register("smooth_ndcg")
-class SmoothNDCG(_NDCGHead, _RankingLoss):
-    """NDCG with sigmoid(t / tau) ranks on every pair (``smoothndcg.yaml``)."""
-
-    def __init__(self, tau: float = 0.01, include_query: bool = True, chunk_size: int | None = None,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS):
-        super().__init__(SigmoidStep(tau), include_query, chunk_size, max_elements)
+SmoothNDCG = register("smooth_ndcg", _stepped("SmoothNDCG", NDCGLoss, SigmoidStep,
+                                              """NDCG with sigmoid(t / tau) ranks on every pair (``smoothndcg.yaml``)."""))
 
 
 # ------------------------------------------------------------------- ROD combinations
 
 
-class _Combined(nn.Module):
+class Combined(nn.Module):
     """(1 - lam) * rank_loss + lam * decomposability_loss (eq. 2)."""
 
     def __init__(self, rank_loss: nn.Module, dg: nn.Module, lam: float):
@@ -325,24 +214,43 @@ class _Combined(nn.Module):
     def extra_repr(self) -> str:
         return f"lam={self.lam}"
 
-    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None):
-        lr = self.rank_loss(embeddings, labels, ref_embeddings, ref_labels)
-        ld = self.dg(embeddings, labels, ref_embeddings, ref_labels)
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None):
+        lr = self.rank_loss(embeddings, labels, ref_embeddings, ref_labels, self_index=self_index)
+        ld = self.dg(embeddings, labels, ref_embeddings, ref_labels, self_index=self_index)
         return (1.0 - self.lam) * lr + self.lam * ld
 
 
-def _decomposability(kind, num_classes, embedding_size, temperature, alpha, beta):
-    if kind not in DECOMPOSABILITY:
-        raise ValueError(f"decomposability must be one of {list(DECOMPOSABILITY)}, got {kind!r}")
-    if kind == "pair":
+def _weight(lam: float = 0.1):
+    """The combination weight (a part of the combined builders' signatures)."""
+
+
+def decomposability(decomposability: str = "proxy", num_classes: int | None = None,
+                    embedding_size: int | None = None, temperature: float = 0.05, alpha: float = 0.9,
+                    beta: float = 0.6) -> nn.Module:
+    """L_DG* (``"proxy"``: :class:`NormalizedSoftmaxDG`) or L_DG (``"pair"``: :class:`CalibrationLoss`)."""
+    if decomposability not in DECOMPOSABILITY:
+        raise ValueError(f"decomposability must be one of {list(DECOMPOSABILITY)}, got {decomposability!r}")
+    if decomposability == "pair":
         return CalibrationLoss(alpha=alpha, beta=beta)
-    return NormalizedSoftmaxDG(num_classes=num_classes, embedding_size=embedding_size,
-                               temperature=temperature)
+    return NormalizedSoftmaxDG(num_classes=num_classes, embedding_size=embedding_size, temperature=temperature)
 
 
-@register("roadmap")
-class ROADMAP(_Combined):
-    r"""ROADMAP: (1 - lam) Sup-AP + lam L_DG (eq. 2 / 12).
+def _proxy_dg(num_classes: int | None = None, embedding_size: int | None = None, temperature: float = 0.05):
+    return NormalizedSoftmaxDG(num_classes=num_classes, embedding_size=embedding_size, temperature=temperature)
+
+
+def _combined(name, head, dg, doc, **defaults):
+    """Registered builder ``Combined(head(step=SupRankStep(...), ...), dg(...), lam)``."""
+
+    def make(v):
+        rank_loss = head(step=SupRankStep(**pick(v, SupRankStep)), **pick(v, head))
+        return Combined(rank_loss, dg(**pick(v, dg)), v["lam"])
+
+    return compose(name, __name__, make, _weight, dg, head, SupRankStep, doc=doc,
+                   **{**SUP_DEFAULTS, **defaults})
+
+
+ROADMAP = register("roadmap", _combined("ROADMAP", APLoss, decomposability, r"""ROADMAP: (1 - lam) Sup-AP + lam L_DG (eq. 2 / 12).
 
     ``decomposability="proxy"`` (default; TPAMI, which keeps only L_DG*, configs
     ``ROADMAP_pp*``): L_DG* = normalised softmax over fine-class proxies, ``temperature``
@@ -352,64 +260,22 @@ class ROADMAP(_Combined):
     (``roadmap.yaml``) adds both terms with weight 1 (= 2 x lam 0.5) and used the
     ``step_fix="pre_pr13"`` surrogate: ``roadmap(decomposability="pair", lam=0.5,
     step_fix="pre_pr13")`` is that code up to a factor 2.
-    """
+    """))
 
-    def __init__(self, lam: float = 0.1, decomposability: str = "proxy", num_classes: int | None = None,
-                 embedding_size: int | None = None, temperature: float = 0.05, alpha: float = 0.9,
-                 beta: float = 0.6, tau: float = 0.01, rho: float = 100.0, delta: float = 0.05,
-                 start: float = 0.5, offset: float | None = 1.44, step_fix: str = "post_pr13",
-                 include_query: bool = True, chunk_size: int | None = None,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS):
-        super().__init__(
-            SupAP(tau, rho, delta, start, offset, step_fix, include_query, chunk_size, max_elements),
-            _decomposability(decomposability, num_classes, embedding_size, temperature, alpha, beta), lam)
-        self.decomposability = decomposability
-
-
-@register("rod_recall")
-class RODRecall(_Combined):
-    r"""ROD-R@K: (1 - lam) Sup-R@K + lam L_DG (eq. 17); options as :class:`ROADMAP`.
+RODRecall = register("rod_recall", _combined("RODRecall", RecallLoss, decomposability, r"""ROD-R@K: (1 - lam) Sup-R@K + lam L_DG (eq. 17); options as :func:`ROADMAP`.
 
     ``lam`` = 0.5: the official configs (``ROADRatk*.yaml``) give both terms weight 1/2
     (``weight: null``); the paper only states lam = 0.1 for ROADMAP. Default L_DG* (proxy,
     Tab. II's best on iNat, ``ROADRatk_pp*``); ``"pair"`` = ``ROADRatk_{SOP,inat}``.
-    """
+    """, lam=0.5))
 
-    def __init__(self, lam: float = 0.5, decomposability: str = "proxy", num_classes: int | None = None,
-                 embedding_size: int | None = None, temperature: float = 0.05, alpha: float = 0.9,
-                 beta: float = 0.6, at_k: Sequence[int] = DEFAULT_AT_K, temp: float = 1.0,
-                 tau: float = 0.01, rho: float = 100.0, delta: float = 0.05, start: float = 0.5,
-                 offset: float | None = 1.44, step_fix: str = "post_pr13", include_query: bool = True,
-                 chunk_size: int | None = None, max_elements: int = DEFAULT_MAX_ELEMENTS):
-        super().__init__(
-            SupRecall(at_k, temp, tau, rho, delta, start, offset, step_fix, include_query, chunk_size,
-                      max_elements),
-            _decomposability(decomposability, num_classes, embedding_size, temperature, alpha, beta), lam)
-        self.decomposability = decomposability
-
-
-@register("happier")
-class HAPPIER(_Combined):
-    r"""HAPPIER (eq. 22): (1 - lam) Sup-H-AP + lam L_DG*, lam = 0.1 (``HAPPIER*.yaml``: [0.9, 0.1]).
+HAPPIER = register("happier", _combined("HAPPIER", HAPLoss, _proxy_dg, r"""HAPPIER (eq. 22): (1 - lam) Sup-H-AP + lam L_DG*, lam = 0.1 (``HAPPIER*.yaml``: [0.9, 0.1]).
 
     L_DG* = normalised softmax on the finest level (``temperature`` 0.05; proxies for
     ``num_classes`` fine classes). ``alpha`` = relevance exponent of eq. 20 (1).
-    """
+    """))
 
-    def __init__(self, lam: float = 0.1, alpha: float = 1.0, num_classes: int | None = None,
-                 embedding_size: int | None = None, temperature: float = 0.05, tau: float = 0.01,
-                 rho: float = 100.0, delta: float = 0.05, start: float = 0.5, offset: float | None = 1.44,
-                 step_fix: str = "post_pr13", include_query: bool = True, chunk_size: int | None = None,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS):
-        super().__init__(
-            SupHAP(alpha, tau, rho, delta, start, offset, step_fix, include_query, chunk_size, max_elements),
-            NormalizedSoftmaxDG(num_classes=num_classes, embedding_size=embedding_size,
-                                temperature=temperature), lam)
-
-
-@register("happier_f")
-class HAPPIERF(HAPPIER):
-    r"""HAPPIER_F, the fine-grained variant: HAPPIER with relevance exponent ``alpha`` > 1.
+HAPPIERF = register("happier_f", _combined("HAPPIERF", HAPLoss, _proxy_dg, r"""HAPPIER_F, the fine-grained variant: HAPPIER with relevance exponent ``alpha`` > 1.
 
     Paper (sec. VII-C, C-A3): alpha = 5 on SOP (default) and 3 on iNat-base/full. The paper
     gives no lam for it; the official config named "HAPPIER_F" (``HAPPIER_5*.yaml``,
@@ -417,28 +283,7 @@ class HAPPIERF(HAPPIER):
     config leaves alpha to the dataset config, 1.0 unless overridden on the command line).
     The HAPPIER-repo ``HAPPIER_5_SOP.yaml`` also switches on ``with_hrank`` (a leaky
     surrogate for H-rank+); SupRank's configs do not, and it is not reproduced here.
-    """
+    """, lam=0.5, alpha=5.0))
 
-    def __init__(self, lam: float = 0.5, alpha: float = 5.0, num_classes: int | None = None,
-                 embedding_size: int | None = None, temperature: float = 0.05, tau: float = 0.01,
-                 rho: float = 100.0, delta: float = 0.05, start: float = 0.5, offset: float | None = 1.44,
-                 step_fix: str = "post_pr13", include_query: bool = True, chunk_size: int | None = None,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS):
-        super().__init__(lam, alpha, num_classes, embedding_size, temperature, tau, rho, delta, start, offset,
-                         step_fix, include_query, chunk_size, max_elements)
-
-
-@register("rod_ndcg")
-class RODNDCG(_Combined):
-    r"""ROD-NDCG (eq. 25): (1 - lam) Sup-NDCG + lam L_DG*, lam = 0.1 (``roadndcg_*.yaml``;
-    ``roadndcg_05.yaml`` = 0.5)."""
-
-    def __init__(self, lam: float = 0.1, num_classes: int | None = None, embedding_size: int | None = None,
-                 temperature: float = 0.05, tau: float = 0.01, rho: float = 100.0, delta: float = 0.05,
-                 start: float = 0.5, offset: float | None = 1.44, step_fix: str = "post_pr13",
-                 include_query: bool = True, chunk_size: int | None = None,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS):
-        super().__init__(
-            SupNDCG(tau, rho, delta, start, offset, step_fix, include_query, chunk_size, max_elements),
-            NormalizedSoftmaxDG(num_classes=num_classes, embedding_size=embedding_size,
-                                temperature=temperature), lam)
+RODNDCG = register("rod_ndcg", _combined("RODNDCG", NDCGLoss, _proxy_dg, r"""ROD-NDCG (eq. 25): (1 - lam) Sup-NDCG + lam L_DG*, lam = 0.1 (``roadndcg_*.yaml``;
+    ``roadndcg_05.yaml`` = 0.5)."""))

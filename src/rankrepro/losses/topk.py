@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .inputs import attached_zero, drop_self, no_autocast, query_lists
+from .inputs import attached_zero, drop_self, no_autocast, retrieval_lists
 from .registry import register
 
 __all__ = ["TopKPrecisionLoss", "topk_precision_per_query"]
@@ -92,9 +92,8 @@ class TopKPrecisionLoss(torch.nn.Module):
       default follows the paper's equation. The smoothed top-k (tau > 0) and METHOD 8's
       extra ``0.1 * ||Cov(emb) - I||_F`` term are not reproduced (not in the paper).
 
-    Reference set (memory): candidates are the (detached) reference set; with
-    ``ref_includes_batch`` (default; what ``memory={"size": ..}`` passes) each query's own
-    entry (index q) is removed. Cost O(B N) memory (top-k over [B, N]). Float32.
+    Reference set (memory): candidates are the (detached) reference set; each query's own
+    entry (the column ``self_index`` gives; what ``memory={"size": ..}`` passes) is removed. Cost O(B N) memory (top-k over [B, N]). Float32.
     """
 
     def __init__(
@@ -104,7 +103,6 @@ class TopKPrecisionLoss(torch.nn.Module):
         reduction: str = "class_sum",
         last_group_only: bool = False,
         official_hard_topk: bool = False,
-        ref_includes_batch: bool = True,
     ):
         super().__init__()
         if isinstance(k, bool) or int(k) != k or k < 1:
@@ -118,19 +116,17 @@ class TopKPrecisionLoss(torch.nn.Module):
         self.reduction = reduction
         self.last_group_only = bool(last_group_only)
         self.official_hard_topk = bool(official_hard_topk)
-        self.ref_includes_batch = bool(ref_includes_batch)
 
     def extra_repr(self) -> str:
         return (f"k={self.k}, margin={self.margin}, reduction={self.reduction}, "
                 f"last_group_only={self.last_group_only}, official_hard_topk={self.official_hard_topk}")
 
-    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None) -> torch.Tensor:
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None) -> torch.Tensor:
         with no_autocast(embeddings):
-            emb, y, ref, yr, self_idx = query_lists(
-                embeddings, labels, ref_embeddings, ref_labels, self.ref_includes_batch
-            )
-            s = drop_self(emb @ ref.T, self_idx)  # [B, N'] candidates = retrieval set without q
-            rel = drop_self(y.unsqueeze(1) == yr.unsqueeze(0), self_idx)
+            lists = retrieval_lists(embeddings, labels, ref_embeddings, ref_labels, self_index)
+            emb, y = lists.emb, lists.y
+            s = drop_self(lists.scores(), lists.self_index)  # [B, N'] candidates = retrieval set without q
+            rel = drop_self(lists.same(), lists.self_index)
             n_pos = rel.sum(1)
             valid = n_pos > 0
             if not bool(valid.any()) or s.shape[1] == 0:

@@ -1,95 +1,22 @@
-"""``compute``: every metric of the papers from embeddings and labels, exactly, in one call.
+"""``compute``: every metric of the papers, under any evaluation protocol, in one call.
 
-Metric names (``metrics=[...]``; ``_level{c}`` evaluates a binary metric at label column c, default 0):
+The layers, bottom to top (no module imports one above it):
 
-* ranked-list (counting path unless a full-list metric is also asked):
-  ``R@k``, ``TR@k``, ``P@k``, ``mAP@R``, ``RP``, ``mAP@k`` (e.g. ``mAP@100``, DELF convention),
-  ``MRR`` — see :mod:`rankrepro.metrics.retrieval`;
-* full-list: ``mAP`` (alias ``AP``), ``ASI_level{c}``, ``NDCG_level{c}`` (binary), and the
-  hierarchical ``H-AP``, ``ΣwAP`` (alias ``SwAP``), ``ASI``, ``NDCG`` over all label columns —
-  see :mod:`rankrepro.metrics.hierarchical`;
-* clustering and geometry: ``NMI``, ``F1``, ``dists@intra``, ``dists@inter``,
-  ``dists@intra_over_inter`` — see :mod:`rankrepro.metrics.clustering` (query embeddings only).
-
-Tie conventions (``ties``; definitions in :mod:`rankrepro.metrics.ranking`). Default (``None``):
-ranked-list metrics ``"index"``, AP / H-AP / ΣwAP / ASI ``"pessimistic"`` (scikit-learn's AP),
-NDCG ``"average"`` (scikit-learn's ``ndcg_score``). ``ties="index"`` or ``"pessimistic"`` forces one
-convention for all; ``"average"`` means pessimistic except for NDCG.
+* ``names`` (the metric-name grammar), ``ranking``, ``cpu_kernels``, ``binary``,
+  ``hierarchical``, ``clustering``: definitions and the ranking engine;
+* ``core``: :func:`~rankrepro.metrics.core.compute_plain`, one query set against a gallery or
+  itself (``same-set``, ``query-gallery``), metric names and tie conventions;
+* ``protocols`` (VehicleID, DyML, GLDv2, face / IJB-C) and ``retrieval`` (PML-compatible
+  ``retrieval_metrics``), on top of ``compute_plain``;
+* this module: :func:`compute`, which checks ``protocol`` and dispatches.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from .core import PLAIN_PROTOCOLS, Spec, compute_plain, parse_metric
+from .protocols import PROTOCOLS, run_protocol
 
-import numpy as np
-import torch
-
-from . import clustering, cpu_kernels
-from .hierarchical import asi, discount_table, hap, ndcg, relevance
-from .ranking import (BIG, TIES, LabelIndex, _chunk_rows, as_embeddings, chunk_scores, count_path, counted_chunk,
-                      encode_labels, for_chunks, sort_path)
-from .retrieval import binary_metric
-
-__all__ = ["compute", "parse_metric", "Spec"]
-
-_RANKED = {"R", "TR", "P", "mAP@R", "RP", "mAP@k", "MRR"}
-_DEFAULT_METRICS = ("R@1", "R@10", "R@100", "R@1000", "mAP@R", "RP")
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One parsed metric name."""
-
-    name: str
-    family: str  # "ranked" | "full" | "hier" | "cluster" | "dists"
-    kind: str  # R@k, TR@k, P@k, mAP@R, RP, mAP@k, MRR, mAP, ASI, NDCG, H-AP, SwAP, NMI, F1, dists@...
-    k: int | None = None
-    col: int | None = None  # label column (binary metrics, clustering)
-
-
-def parse_metric(name: str) -> Spec:
-    """Parse a metric name (see the module docstring); raises ValueError listing the grammar."""
-    base, col = name, None
-    m = re.fullmatch(r"(.+)_level(\d+)", name)
-    if m:
-        base, col = m.group(1), int(m.group(2))
-    m = re.fullmatch(r"(R|TR|P|mAP)@(\d+)", base)
-    if m and int(m.group(2)) >= 1:
-        kind = {"R": "R@k", "TR": "TR@k", "P": "P@k", "mAP": "mAP@k"}[m.group(1)]
-        return Spec(name, "ranked", kind, int(m.group(2)), col or 0)
-    if base in ("mAP@R", "RP", "MRR"):
-        return Spec(name, "ranked", base, None, col or 0)
-    if base in ("mAP", "AP"):
-        return Spec(name, "full", "mAP", None, col or 0)
-    if base in ("ASI", "NDCG"):
-        return Spec(name, "full" if col is not None else "hier", base, None, col)
-    if base in ("H-AP", "ΣwAP", "SwAP") and col is None:
-        return Spec(name, "hier", "SwAP" if base != "H-AP" else "H-AP")
-    if base in ("NMI", "F1"):
-        return Spec(name, "cluster", base, None, col or 0)
-    if base in ("dists@intra", "dists@inter", "dists@intra_over_inter"):
-        return Spec(name, "dists", base, None, col or 0)
-    raise ValueError(
-        f"unknown metric {name!r}; allowed: R@k, TR@k, P@k, mAP@k (k >= 1), mAP@R, RP, MRR, mAP (AP), "
-        "ASI, NDCG, H-AP, ΣwAP (SwAP), NMI, F1, dists@intra, dists@inter, dists@intra_over_inter; "
-        "binary metrics take a _level{c} suffix (label column c, finest = 0)"
-    )
-
-
-def _ties_for(spec: Spec, ties: str | None) -> str:
-    if ties is None:
-        if spec.family == "ranked":
-            return "index"
-        return "average" if spec.kind == "NDCG" else "pessimistic"
-    if ties == "average":
-        return "average" if spec.kind == "NDCG" else "pessimistic"
-    return ties
-
-
-def _n_label_cols(labels) -> int:
-    shape = labels.shape if hasattr(labels, "shape") else np.asarray(labels).shape
-    return 1 if len(shape) == 1 else int(shape[1])
+__all__ = ["compute", "parse_metric", "Spec", "PROTOCOLS"]
 
 
 def compute(query, query_labels, gallery=None, gallery_labels=None, metrics=None,
@@ -98,7 +25,7 @@ def compute(query, query_labels, gallery=None, gallery_labels=None, metrics=None
             n_clusters: int | None = None, kmeans_niter: int = 20, kmeans_seed: int = 1234,
             device=None, memory_budget: int | None = None, max_rows: int | None = None, per_query: bool = False,
             **protocol_kwargs) -> dict:
-    """Compute ``metrics`` for ``query`` against ``gallery`` (or against itself).
+    """Compute ``metrics`` for ``query`` against ``gallery`` (or against itself) under ``protocol``.
 
     Args:
         query: [Nq, D] embeddings (numpy or torch; any float dtype, scored in float32). Assumed
@@ -106,248 +33,55 @@ def compute(query, query_labels, gallery=None, gallery_labels=None, metrics=None
         query_labels: [Nq] or [Nq, L] labels, finest level first (any hashable dtype).
         gallery, gallery_labels: the reference set. ``None``: same-set protocol, each query
             searched against all the others (itself removed by index).
-        metrics: metric names (module docstring); default R@1/10/100/1000, mAP@R, RP (or the named
-            protocol's own defaults).
-        protocol: ``None`` (same-set without a gallery, query-gallery with one), ``"same-set"``,
-            ``"query-gallery"``, or a named protocol of :mod:`rankrepro.metrics.protocols`
-            (``"vehicleid"``, ``"dyml"``, ``"gldv2-suprank"``, ``"gldv2-official"``, ``"face"``,
-            ``"ijbc"``); named protocols take their extra inputs as keyword arguments.
+        metrics: metric names (:mod:`rankrepro.metrics.core`); default R@1/10/100/1000, mAP@R, RP
+            (or the named protocol's own defaults).
+        protocol: ``None`` (same-set without a gallery, query-gallery with one) or one of
+            :data:`~rankrepro.metrics.protocols.PROTOCOLS`: ``"same-set"``, ``"query-gallery"``
+            (:func:`~rankrepro.metrics.core.compute_plain`), ``"vehicleid"``, ``"dyml"``,
+            ``"gldv2-suprank"``, ``"gldv2-official"``, ``"face"``, ``"ijbc"``
+            (:mod:`rankrepro.metrics.protocols`; their extra inputs are keyword arguments, e.g.
+            ``subsets=``, ``benchmarks=``, ``ground_truth=``, ``usage=``, ``templates=``). Any
+            other name is a ValueError listing these.
         exclude: [Nq] gallery index removed from each query's list (-1: none); default: the query
-            itself in same-set mode, nothing otherwise.
-        ties: tie convention override (module docstring).
+            itself in same-set mode, nothing otherwise. Same-set / query-gallery only.
+        ties: tie convention override (:mod:`rankrepro.metrics.core`).
         alpha, hap_relevance, hap_count_self, sigma_w: H-AP relevance (``"pop"``: eq. 20 with
             exponent alpha; ``"property1"``: ΣwAP's relevance with weights ``sigma_w``);
             ``hap_count_self`` counts the query in |Ω(L)| as SupRank's code does (default: True
             when queries are excluded from their own list). ``sigma_w``: ΣwAP weights per label
             column, finest first (default uniform).
         n_clusters, kmeans_niter, kmeans_seed: NMI/F1 k-means (k defaults to the number of labels).
-        device: where to score (default: the query's device); CUDA gives the same results.
+        device: where to score, e.g. ``"cpu"``, ``"cuda"``, ``torch.device("cuda:1")`` (default: the
+            query's device; numpy input: CPU); the embeddings are moved there, every protocol
+            scores there, CUDA gives the same results.
         memory_budget: bytes per chunk of queries (peak memory ~ this plus the embeddings; default
             1 GiB on CPU, 3 GiB on a GPU, where larger chunks of the row sorts run faster).
         max_rows: most queries per chunk (default 512 on CPU, 4096 on a GPU, where fewer, larger
             chunks save kernel launches and synchronisations).
         per_query: also return ``"per_query"``: {metric: float64 [Nq] (NaN where undefined)}.
+            Same-set / query-gallery only.
 
     Returns:
         ``{metric: float}`` plus ``n_queries`` (queries with a positive at the finest level) and
         ``n_lone`` (the others, left out of binary finest-level metrics).
+
+    Returns:
+        ``{metric: float}`` plus ``n_queries`` (queries with a positive at the finest level) and
+        ``n_lone`` (the others, left out of binary finest-level metrics); named protocols prefix
+        their per-subset / per-level values (``"small/R@1"``, ``"overall/mAP"``, ...).
     """
-    if protocol not in (None, "same-set", "query-gallery"):
-        from .protocols import run_protocol
-
-        return run_protocol(protocol, query, query_labels, gallery, gallery_labels, metrics=metrics, ties=ties,
-                            alpha=alpha, hap_relevance=hap_relevance, hap_count_self=hap_count_self,
-                            sigma_w=sigma_w, device=device, memory_budget=memory_budget, max_rows=max_rows,
-                            **protocol_kwargs)
-    if protocol_kwargs:
-        raise TypeError(f"unexpected keyword arguments {sorted(protocol_kwargs)}")
-    if protocol == "same-set" and gallery is not None:
-        raise ValueError("protocol 'same-set' takes no gallery")
-    if protocol == "query-gallery" and gallery is None:
-        raise ValueError("protocol 'query-gallery' needs a gallery")
-    if (gallery is None) != (gallery_labels is None):
-        raise ValueError("give both gallery and gallery_labels, or neither")
-    if ties is not None and ties not in TIES:
-        raise ValueError(f"ties must be one of {TIES} or None, got {ties!r}")
-    if metrics is None:
-        metrics = _DEFAULT_METRICS
-    if isinstance(metrics, str):
-        metrics = [metrics]
-    specs = [parse_metric(m) for m in metrics]
-    if len({s.name for s in specs}) != len(specs):
-        raise ValueError(f"duplicate metric names in {list(metrics)}")
-
-    q = as_embeddings(query, "query", device)
-    g = q if gallery is None else as_embeddings(gallery, "gallery", q.device)
-    on_cpu = q.device.type == "cpu"
-    if max_rows is None:
-        max_rows = 512 if on_cpu else 4096
-    if memory_budget is None:
-        memory_budget = 1 << 30 if on_cpu else 3 << 30
-    if g.shape[1] != q.shape[1]:
-        raise ValueError(f"dimension mismatch: query {q.shape[1]} vs gallery {g.shape[1]}")
-    nq = q.shape[0]
-    if len(np.asarray(query_labels) if not isinstance(query_labels, torch.Tensor) else query_labels) != nq:
-        raise ValueError("query and query_labels have different lengths")
-    if gallery_labels is not None and len(gallery_labels) != g.shape[0]:
-        raise ValueError("gallery and gallery_labels have different lengths")
-
-    n_cols_all = _n_label_cols(query_labels)
-    out: dict = {}
-    per: dict = {}
-    label_specs = [s for s in specs if s.family in ("ranked", "full", "hier")]
-    for s in specs:
-        if s.col is not None and s.col >= n_cols_all:
-            raise ValueError(f"{s.name}: labels have {n_cols_all} column(s), no column {s.col}")
-
-    if label_specs:
-        c_max = max((n_cols_all - 1) if s.family == "hier" else s.col for s in label_specs)
-        qcodes, gcodes = encode_labels(query_labels, gallery_labels, n_cols=c_max + 1)
-        if exclude is None:
-            excl = np.arange(nq) if gallery is None else np.full(nq, -1)
-        else:
-            excl = np.asarray(exclude.cpu() if isinstance(exclude, torch.Tensor) else exclude, np.int64)
-        index = LabelIndex(qcodes, gcodes, excl)
-        if hap_count_self is None:
-            hap_count_self = bool((excl >= 0).any())
-        vals = _evaluate(q, g, index, label_specs, ties=ties, alpha=alpha, hap_relevance=hap_relevance,
-                         hap_count_self=hap_count_self, sigma_w=sigma_w, c_max=c_max,
-                         memory_budget=memory_budget, max_rows=max_rows)
-        for s in label_specs:
-            v = vals[s.name]
-            per[s.name] = v
-            out[s.name] = float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
-        n_pos = index.n_relevant(0)
-        out["n_queries"] = int((n_pos > 0).sum())
-        out["n_lone"] = int(nq - out["n_queries"])
-
-    cl_specs = [s for s in specs if s.family == "cluster"]
-    if cl_specs:
-        ql = np.asarray(query_labels.cpu() if isinstance(query_labels, torch.Tensor) else query_labels)
-        ql2 = ql[:, None] if ql.ndim == 1 else ql
-        done = {}
-        for s in cl_specs:
-            if s.col not in done:
-                lab = ql2[:, s.col]
-                k = n_clusters if n_clusters is not None else len(np.unique(lab))
-                assign, cent = clustering.kmeans(q, k, niter=kmeans_niter, seed=kmeans_seed,
-                                                 gpu=q.device.type == "cuda" and clustering.faiss_gpus() > 0)
-                done[s.col] = (lab, assign, cent)
-            lab, assign, cent = done[s.col]
-            if s.kind == "NMI":
-                out[s.name] = clustering.nmi(lab, assign)
-            else:
-                out[s.name] = clustering.clustering_f1(lab, assign, q, cent)
-    d_specs = [s for s in specs if s.family == "dists"]
-    if d_specs:
-        ql = np.asarray(query_labels.cpu() if isinstance(query_labels, torch.Tensor) else query_labels)
-        ql2 = ql[:, None] if ql.ndim == 1 else ql
-        cache = {}
-        for s in d_specs:
-            if s.col not in cache:
-                cache[s.col] = clustering.dists(q, ql2[:, s.col])
-            out[s.name] = cache[s.col][s.kind]
-    if "n_queries" not in out:
-        out["n_queries"], out["n_lone"] = nq, 0
-    ordered = {s.name: out[s.name] for s in specs}
-    ordered["n_queries"], ordered["n_lone"] = out["n_queries"], out["n_lone"]
-    if per_query:
-        ordered["per_query"] = per
-    return ordered
-
-
-def _cutoff(s: Spec, r_pos: np.ndarray) -> np.ndarray:
-    """The deepest rank a ranked-list metric looks at, per query."""
-    if s.kind in ("mAP@R", "RP"):
-        return r_pos
-    if s.kind == "MRR":
-        return np.full_like(r_pos, BIG)
-    return np.full_like(r_pos, s.k)
-
-
-def _evaluate(q, g, index: LabelIndex, specs, *, ties, c_max, memory_budget, max_rows, **hap_kw) -> dict:
-    """Per-query values (float64 [Nq], NaN where undefined) of label-based metrics."""
-    if any(s.family in ("full", "hier") for s in specs):
-        return _evaluate_sorted(q, g, index, specs, ties=ties, c_rel=c_max, memory_budget=memory_budget,
-                                max_rows=max_rows, **hap_kw)
-    return _evaluate_counted(q, g, index, specs, ties=ties, memory_budget=memory_budget, max_rows=max_rows)
-
-
-def _evaluate_sorted(q, g, index, specs, *, ties, c_rel, memory_budget, max_rows, alpha, hap_relevance,
-                     hap_count_self, sigma_w) -> dict:
-    nq = q.shape[0]
-    big_c = c_rel + 1
-    res = {s.name: np.full(nq, np.nan) for s in specs}
-    n_rel = {c: index.n_relevant(c) for c in range(big_c)}
-    swap = [s for s in specs if s.kind == "SwAP"]
-    per_level = np.full((big_c, nq), np.nan) if swap else None
-    table = discount_table(g.shape[0], q.device) if any(s.kind == "NDCG" for s in specs) else None
-
-    def process(s_mat: torch.Tensor, chunk: np.ndarray) -> None:
-        r = sort_path(s_mat, index, chunk, c_rel)
-        for s in specs:
-            t = _ties_for(s, ties)
-            lam = None if s.col is None else big_c - s.col
-            if s.kind == "ASI":
-                v = asi(r, t, lam)
-            elif s.kind == "NDCG":
-                v = ndcg(r, t, table, lam)
-            elif s.kind == "H-AP":
-                self_in = None
-                if hap_count_self:
-                    self_in = torch.from_numpy(index.excl[chunk] >= 0).to(r.depth.device)
-                rel = relevance(r.n, alpha=alpha, kind=hap_relevance, self_in=self_in, weights=sigma_w)
-                v = hap(r, rel, t)
-            elif s.kind == "SwAP":
-                for lv in range(1, big_c + 1):
-                    per_level[lv - 1, chunk] = binary_metric(r, lv, "mAP", None, t).cpu().numpy()
-                continue
-            else:
-                v = binary_metric(r, lam, s.kind, s.k, t)
-            res[s.name][chunk] = v.cpu().numpy()
-
-    rows = index.qorder[n_rel[c_rel][index.qorder] > 0]
-    size = index.stop[c_rel] - index.start[c_rel]
-    m = g.shape[0]
-    zero = np.zeros(nq, np.int64)
-    workers = max(1, torch.get_num_threads()) if q.device.type == "cpu" else 1
-
-    def chunk_fn(big: np.ndarray) -> None:
-        # one product for the chunk (sized for its scores), then the per-item work on sub-chunks
-        # of rows sized for their relevant sets
-        s_big = chunk_scores(q, g, index, big)
-        a = 0
-        for chunk in _chunk_rows(big, size, 0, memory_budget // 2 // workers, max_rows):  # views of s_big
-            process(s_big[a : a + len(chunk)], chunk)
-            a += len(chunk)
-
-    # the scores (on CPU, 4 * Ng per row); the torch path's row sort adds 20 * Ng per row (sorted
-    # copy, int64 order, int32 positions)
-    row_bytes = 4 * m if cpu_kernels.applies(q) else 24 * m
-    for_chunks(q.device, rows, zero, row_bytes, memory_budget // 2, max_rows, chunk_fn)
-    for s in swap:  # a dataset-level value: Σ_l w_l · mAP^(l) (see hierarchical.py)
-        w = [1.0 / big_c] * big_c if sigma_w is None else [float(x) for x in sigma_w]
-        if len(w) != big_c:
-            raise ValueError(f"sigma_w needs {big_c} weights (one per label column), got {len(w)}")
-        means = [np.nanmean(p) if np.isfinite(p).any() else np.nan for p in per_level]
-        res[s.name][:] = sum(w[big_c - lv] * means[lv - 1] for lv in range(1, big_c + 1))
-    return res
-
-
-def _evaluate_counted(q, g, index, specs, *, ties, memory_budget, max_rows) -> dict:
-    nq = q.shape[0]
-    res = {s.name: np.full(nq, np.nan) for s in specs}
-    cols = sorted({s.col for s in specs})
-    n_rel = {c: index.n_relevant(c) for c in cols}
-    first = {c: np.zeros(nq, np.int64) for c in cols}
-    nxt = {c: np.zeros(nq, np.int64) for c in cols}
-    for s in specs:
-        cut = _cutoff(s, n_rel[s.col])
-        first[s.col] = np.maximum(first[s.col], cut)
-        if s.kind not in ("R@k", "MRR"):
-            nxt[s.col] = np.maximum(nxt[s.col], cut)
-    anyrel = np.zeros(nq, bool)
-    for c in cols:
-        anyrel |= n_rel[c] > 0
-    rows = index.qorder[anyrel[index.qorder]]
-    size = np.max([index.stop[c] - index.start[c] for c in cols], axis=0)
-    c_first = cols[0]
-    state = {"need_eq": 0.0}  # fraction of rows of the last chunk whose best positive needed its ties
-
-    def chunk_fn(chunk: np.ndarray) -> None:
-        # counting ties in cache is cheaper than re-reading the rows that need it, once many do
-        s_mat, pre = counted_chunk(q, g, index, chunk, c_first, want_eq=state["need_eq"] > 0.25)
-        state["need_eq"] = float(np.mean(pre[3].cpu().numpy() + 1 <= first[c_first][chunk]))
-        for c in cols:
-            r = count_path(s_mat, index, chunk, c, first[c][chunk], nxt[c][chunk],
-                           first=pre if c == c_first else None)
-            for s in specs:
-                if s.col == c:
-                    res[s.name][chunk] = binary_metric(r, 1, s.kind, s.k, _ties_for(s, ties)).cpu().numpy()
-
-    # the score blocks (4 * Ng per row) and the rows that need further passes: on CPU read in place
-    # (their per-row buffers are small), on a GPU copied, compared into boolean temporaries and
-    # partially sorted (measured on an H100: 6.2 GB peak for a 3 GiB budget at 8 * Ng)
-    row_bytes = (8 if cpu_kernels.applies(q) else 16) * g.shape[0]
-    for_chunks(q.device, rows, size, row_bytes, memory_budget, max_rows, chunk_fn)
-    return res
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; allowed: {', '.join(PROTOCOLS)} (or None)")
+    common = dict(ties=ties, alpha=alpha, hap_relevance=hap_relevance, hap_count_self=hap_count_self,
+                  sigma_w=sigma_w, n_clusters=n_clusters, kmeans_niter=kmeans_niter, kmeans_seed=kmeans_seed,
+                  device=device, memory_budget=memory_budget, max_rows=max_rows)
+    if protocol is None or protocol in PLAIN_PROTOCOLS:
+        if protocol_kwargs:
+            raise TypeError(f"unexpected keyword arguments {sorted(protocol_kwargs)}")
+        return compute_plain(query, query_labels, gallery, gallery_labels, metrics, protocol, exclude=exclude,
+                             per_query=per_query, **common)
+    if exclude is not None or per_query:
+        raise ValueError(f"protocol {protocol!r} builds its own lists: exclude= and per_query= are for "
+                         "same-set / query-gallery only")
+    return run_protocol(protocol, query, query_labels, gallery, gallery_labels, metrics=metrics, **common,
+                        **protocol_kwargs)

@@ -1,4 +1,7 @@
-"""The papers' evaluation protocols, on top of :func:`rankrepro.metrics.compute`.
+"""The papers' evaluation protocols, on top of :func:`rankrepro.metrics.core.compute_plain`.
+
+:func:`run_protocol` (and :func:`rankrepro.metrics.compute` with ``protocol=``) accepts exactly the
+names in :data:`PROTOCOLS`, the strings the dataset manifests use.
 
 ======================  ========================================================================
 protocol                what is searched against what
@@ -32,9 +35,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .core import PLAIN_PROTOCOLS, compute_plain
+from .ranking import as_embeddings
+
 __all__ = ["PROTOCOLS", "run_protocol", "vehicleid", "dyml", "gldv2_suprank", "gldv2_official", "face_map",
            "average_templates", "topk_exact"]
 
+#: every protocol name (the strings dataset manifests use); the first two are compute_plain's own
 PROTOCOLS = ("same-set", "query-gallery", "vehicleid", "dyml", "gldv2-suprank", "gldv2-official", "face", "ijbc")
 
 DEFAULT_METRICS = {
@@ -52,12 +59,6 @@ def _np(x):
     return np.asarray(x)
 
 
-def _compute(*args, **kwargs):
-    from .api import compute
-
-    return compute(*args, **kwargs)
-
-
 def vehicleid(embeddings, labels, subsets: dict, metrics=None, **kw) -> dict:
     """All-vs-all retrieval within each VehicleID test list.
 
@@ -69,7 +70,7 @@ def vehicleid(embeddings, labels, subsets: dict, metrics=None, **kw) -> dict:
     for name, idx in subsets.items():
         idx = _np(idx).astype(np.int64)
         sub = embeddings[torch.from_numpy(idx)] if isinstance(embeddings, torch.Tensor) else np.asarray(embeddings)[idx]
-        res = _compute(sub, lab[idx], metrics=metrics, **kw)
+        res = compute_plain(sub, lab[idx], metrics=metrics, **kw)
         out.update({f"{name}/{k}": v for k, v in res.items() if k != "n_lone"})
     return out
 
@@ -94,8 +95,8 @@ def dyml(embeddings=None, labels=None, *, benchmarks: dict | None = None, metric
             if b.get("query_ids") is not None:
                 gid = {v: i for i, v in enumerate(_np(b["gallery_ids"]).tolist())}
                 excl = np.array([gid.get(v, -1) for v in _np(b["query_ids"]).tolist()], np.int64)
-            res = _compute(b["query"], b["query_labels"], b["gallery"], b["gallery_labels"], metrics=metrics,
-                           exclude=excl, **kw)
+            res = compute_plain(b["query"], b["query_labels"], b["gallery"], b["gallery_labels"], metrics=metrics,
+                                exclude=excl, **kw)
             out.update({f"{name}/{k}": v for k, v in res.items()})
         names = list(benchmarks)
     else:
@@ -105,7 +106,7 @@ def dyml(embeddings=None, labels=None, *, benchmarks: dict | None = None, metric
         names = [f"level{c}" for c in range(lab.shape[1])]
         for c, name in enumerate(names):
             per = [m if "_level" not in m else m.split("_level")[0] for m in metrics]
-            res = _compute(embeddings, lab, metrics=[f"{m}_level{c}" for m in per], **kw)
+            res = compute_plain(embeddings, lab, metrics=[f"{m}_level{c}" for m in per], **kw)
             out.update({f"{name}/{m}": res[f"{p}_level{c}"] for m, p in zip(metrics, per)})
             out[f"{name}/n_queries"] = res["n_queries"] if c == 0 else None
     for m in metrics:
@@ -133,7 +134,7 @@ def gldv2_suprank(query, index, index_labels, ground_truth, *, metrics=None, **k
     isel = np.flatnonzero(keep_index)
     q = query[torch.from_numpy(qsel)] if isinstance(query, torch.Tensor) else np.asarray(query)[qsel]
     g = index[torch.from_numpy(isel)] if isinstance(index, torch.Tensor) else np.asarray(index)[isel]
-    res = _compute(q, lab[first[qsel]], g, lab[isel], metrics=metrics, **kw)
+    res = compute_plain(q, lab[first[qsel]], g, lab[isel], metrics=metrics, **kw)
     res["n_scored"] = int(len(qsel))
     return res
 
@@ -141,8 +142,6 @@ def gldv2_suprank(query, index, index_labels, ground_truth, *, metrics=None, **k
 def topk_exact(query, gallery, k: int, *, chunk: int = 1024, device=None):
     """Exact top-k ``(scores [Nq, k], indices [Nq, k])`` by decreasing score, ties by decreasing
     gallery index (the ``"index"`` convention), computed in chunks of queries."""
-    from .ranking import as_embeddings
-
     q = as_embeddings(query, "query", device)
     g = as_embeddings(gallery, "gallery", q.device)
     k = min(int(k), g.shape[0])
@@ -244,32 +243,48 @@ def face_map(embeddings, labels, *, templates=None, min_instances: int | None = 
         keep = np.flatnonzero(cnt[inv.reshape(-1)] >= min_instances)
         x = x[torch.from_numpy(keep)] if isinstance(x, torch.Tensor) else np.asarray(x)[keep]
         lab = lab[keep]
-    res = _compute(x, lab, metrics=metrics, **kw)
+    res = compute_plain(x, lab, metrics=metrics, **kw)
     res["n_instances"] = int(len(lab))
     return res
 
 
+def _required(kw: dict, key: str, name: str, what: str):
+    if kw.get(key) is None:
+        raise ValueError(f"protocol {name!r} needs {key}= ({what})")
+    return kw.pop(key)
+
+
 def run_protocol(name: str, query, query_labels, gallery=None, gallery_labels=None, *, metrics=None, **kw) -> dict:
-    """Dispatch ``compute(..., protocol=name)`` to the protocol functions above."""
+    """Run protocol ``name`` (one of :data:`PROTOCOLS`; anything else is a ValueError listing them).
+
+    ``same-set`` / ``query-gallery`` go to :func:`compute_plain`; the named protocols to the
+    functions above, with their extra inputs (``subsets``, ``benchmarks``, ``ground_truth``,
+    ``usage``, ``templates``, ``min_instances``, ``k``, ``precision_at``) and ``compute_plain``'s
+    keyword arguments (``device``, ``ties``, ...) in ``kw``."""
     if name not in PROTOCOLS:
         raise ValueError(f"unknown protocol {name!r}; allowed: {', '.join(PROTOCOLS)}")
+    if name in PLAIN_PROTOCOLS:
+        return compute_plain(query, query_labels, gallery, gallery_labels, metrics=metrics, protocol=name, **kw)
     if name == "vehicleid":
-        return vehicleid(query, query_labels, kw.pop("subsets"), metrics=metrics, **kw)
+        subsets = _required(kw, "subsets", name, "{list name: indices}")
+        return vehicleid(query, query_labels, subsets, metrics=metrics, **kw)
     if name == "dyml":
         return dyml(query, query_labels, benchmarks=kw.pop("benchmarks", None), metrics=metrics, **kw)
     if name == "gldv2-suprank":
-        return gldv2_suprank(query, gallery, gallery_labels, kw.pop("ground_truth"), metrics=metrics, **kw)
+        ground_truth = _required(kw, "ground_truth", name, "per query, its ground-truth index positions")
+        return gldv2_suprank(query, gallery, gallery_labels, ground_truth, metrics=metrics, **kw)
     if name == "gldv2-official":
-        for key in ("ties", "alpha", "hap_relevance", "hap_count_self", "sigma_w", "memory_budget", "max_rows"):
+        for key in ("ties", "alpha", "hap_relevance", "hap_count_self", "sigma_w", "n_clusters", "kmeans_niter",
+                    "kmeans_seed", "memory_budget", "max_rows"):
             kw.pop(key, None)
         if metrics is not None:
             raise ValueError("gldv2-official has fixed metrics (mAP@100, P@n); do not pass metrics")
-        return gldv2_official(query, gallery, kw.pop("ground_truth"), kw.pop("usage"), **kw)
-    if name in ("face", "ijbc"):
-        if name == "ijbc":
-            kw.setdefault("min_instances", 5)
-            if kw.get("templates") is None:
-                raise ValueError("protocol 'ijbc' needs templates= (the media / video id of each frame)")
-        return face_map(query, query_labels, metrics=metrics, **kw)
-    raise ValueError(f"protocol {name!r} is handled by compute directly")  # same-set, query-gallery
-
+        ground_truth = _required(kw, "ground_truth", name, "per query, its ground-truth index positions")
+        usage = _required(kw, "usage", name, "per query, Public / Private / Ignored")
+        return gldv2_official(query, gallery, ground_truth, usage, **kw)
+    # face, ijbc
+    if name == "ijbc":
+        kw.setdefault("min_instances", 5)
+        if kw.get("templates") is None:
+            raise ValueError("protocol 'ijbc' needs templates= (the media / video id of each frame)")
+    return face_map(query, query_labels, metrics=metrics, **kw)

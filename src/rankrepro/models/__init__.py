@@ -1,5 +1,11 @@
-"""Retrieval networks: backbone -> pooling -> [LayerNorm] -> linear projection -> L2 normalisation."""
+"""Retrieval networks: backbone -> pooling -> [LayerNorm] -> linear projection -> L2 normalisation.
 
-from rankrepro.models.heads import RetrievalNet, build_model
+Three registries (:class:`rankrepro.registry.Registry`): ``MODELS`` (the network a run's
+``model`` block names), ``BACKBONES`` and ``POOLINGS``.
+"""
 
-__all__ = ["RetrievalNet", "build_model"]
+from rankrepro.models.backbones import BACKBONES
+from rankrepro.models.heads import MODELS, RetrievalNet, build_model
+from rankrepro.models.pooling import POOLINGS
+
+__all__ = ["BACKBONES", "MODELS", "POOLINGS", "RetrievalNet", "build_model"]

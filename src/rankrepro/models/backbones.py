@@ -14,33 +14,37 @@ from torch import nn
 import torchvision
 from torchvision.models.resnet import BasicBlock, ResNet
 
-TORCHVISION_RESNETS = {
-    "resnet18": "ResNet18_Weights",
-    "resnet34": "ResNet34_Weights",
-    "resnet50": "ResNet50_Weights",
-    "resnet101": "ResNet101_Weights",
-}
-BACKBONES = sorted([*TORCHVISION_RESNETS, "resnet_tiny"])
+from rankrepro.registry import Registry
+
+#: name -> builder(pretrained) returning a torchvision ResNet (``fc`` still attached)
+BACKBONES = Registry("backbone", context=("pretrained",))
 
 
-def _resnet_tiny() -> ResNet:
+def _torchvision_resnet(arch: str, weights_enum: str):
+    def build(pretrained: str) -> ResNet:
+        weights = getattr(torchvision.models, weights_enum).IMAGENET1K_V1 if pretrained == "imagenet" else None
+        return getattr(torchvision.models, arch)(weights=weights)
+
+    build.__name__ = build.__qualname__ = arch
+    return build
+
+
+for _arch, _weights in (("resnet18", "ResNet18_Weights"), ("resnet34", "ResNet34_Weights"),
+                        ("resnet50", "ResNet50_Weights"), ("resnet101", "ResNet101_Weights")):
+    BACKBONES.register(_arch, _torchvision_resnet(_arch, _weights))
+
+
+@BACKBONES.register("resnet_tiny")
+def resnet_tiny(pretrained: str) -> ResNet:
     """A ResNet with one BasicBlock per stage (for the demo and the tests; random init only)."""
+    if pretrained == "imagenet":
+        raise ValueError("resnet_tiny has no ImageNet weights: use pretrained: none or a file")
     return ResNet(BasicBlock, [1, 1, 1, 1])
 
 
-def build_backbone(name: str, pretrained: str = "imagenet") -> tuple[nn.Module, int]:
+def build_backbone(name: str, pretrained: str) -> tuple[nn.Module, int]:
     """Return (feature extractor without its pooling and classifier, output channels)."""
-    if name not in BACKBONES:
-        raise ValueError(f"unknown backbone {name!r}; allowed: {BACKBONES}")
-    weights = None
-    if name == "resnet_tiny":
-        if pretrained == "imagenet":
-            raise ValueError("resnet_tiny has no ImageNet weights: use pretrained: none or a file")
-        net = _resnet_tiny()
-    else:
-        if pretrained == "imagenet":
-            weights = getattr(torchvision.models, TORCHVISION_RESNETS[name]).IMAGENET1K_V1
-        net = getattr(torchvision.models, name)(weights=weights)
+    net = BACKBONES.build(name, context={"pretrained": pretrained})
     if pretrained not in ("imagenet", "none"):
         path = Path(pretrained)
         if not path.is_file():

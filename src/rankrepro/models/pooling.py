@@ -6,7 +6,12 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from rankrepro.registry import Registry
 
+POOLINGS = Registry("pooling")
+
+
+@POOLINGS.register("gem")
 class GeM(nn.Module):
     """Generalised mean pooling: (mean_hw x^p)^(1/p), with a learnable p (Radenović et al.)."""
 
@@ -21,24 +26,29 @@ class GeM(nn.Module):
         return x.clamp(min=self.eps).pow(p).mean(dim=(-2, -1)).pow(1.0 / p)
 
 
+@POOLINGS.register("avg")
 class AvgPool(nn.Module):
     """Average over the spatial positions."""
+
+    def __init__(self):
+        super().__init__()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=(-2, -1))
 
 
+@POOLINGS.register("max")
 class MaxPool(nn.Module):
     """Maximum over the spatial positions."""
+
+    def __init__(self):
+        super().__init__()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.adaptive_max_pool2d(x, 1).flatten(1)
 
 
-POOLINGS = {"avg": AvgPool, "max": MaxPool, "gem": GeM}
-
-
-def build_pooling(name: str) -> nn.Module:
-    if name not in POOLINGS:
-        raise ValueError(f"unknown pooling {name!r}; allowed: {sorted(POOLINGS)}")
-    return POOLINGS[name]()
+def build_pooling(block: dict | str) -> nn.Module:
+    """The pooling of a run's ``model.pooling`` block (``{"name": "gem", "p": 3.0, ...}``; a bare name
+    builds it with its defaults)."""
+    return POOLINGS.build_block({"name": block} if isinstance(block, str) else block)

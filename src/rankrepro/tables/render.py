@@ -13,24 +13,27 @@ import statistics
 from pathlib import Path
 
 from rankrepro.io import atomic_write_text
-from rankrepro.tables.spec import Cell, load_spec, plan_table
 
 REPLICA_NOTE = ("Numbers under 'ours' come from generated replicas of the datasets (demo profile: tiny images, "
                 "tiny backbone, random initialisation); they are meaningless as results.")
 
 
-def cell_values(cells: list[Cell], runs_dir: str | Path) -> tuple[dict, bool]:
+def cell_values(cells: list[dict], runs_dir: str | Path) -> tuple[dict, bool]:
     """{(row, column): (mean, std or None, n)} in percent, and whether any run used replica data."""
     values, replica = {}, False
     for cell in cells:
         found = []
-        for rid in cell.run_ids:
-            result = json.loads((Path(runs_dir) / rid / "metrics.json").read_text())
+        for rid in cell["run_ids"]:
+            path = Path(runs_dir) / rid / "metrics.json"
+            result = json.loads(path.read_text())
             replica |= bool(result.get("replica"))
-            found.append(100.0 * result["metrics"][cell.metric])
+            if cell["metric"] not in result["metrics"]:
+                raise KeyError(f"{path} has no metric {cell['metric']!r} (it has {sorted(result['metrics'])}); "
+                               "add it to the setup's eval.metrics")
+            found.append(100.0 * result["metrics"][cell["metric"]])
         if found:
             std = statistics.stdev(found) if len(found) > 1 else None
-            values[(cell.row, cell.column)] = (statistics.fmean(found), std, len(found))
+            values[(cell["row"], cell["column"])] = (statistics.fmean(found), std, len(found))
     return values, replica
 
 
@@ -38,16 +41,16 @@ def _fmt(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
 
-def table_rows(spec: dict, cells: list[Cell], values: dict) -> list[dict]:
+def table_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
     """One dict per (row, column): method, column, paper, ours, std, diff, status."""
     out = []
-    by_pos = {(c.row, c.column): c for c in cells}
+    by_pos = {(c["row"], c["column"]): c for c in cells}
     for r, row in enumerate(spec["rows"]):
         for c, column in enumerate(spec["columns"]):
             paper = row["paper"][c]
             mean, std, n = values.get((r, c), (None, None, 0))
             cell = by_pos[(r, c)]
-            status = "cited" if row.get("cited") else ("ours" if mean is not None else (cell.pending or "missing"))
+            status = "cited" if row.get("cited") else ("ours" if mean is not None else (cell["pending"] or "missing"))
             out.append({
                 "method": row["method"], "column": f"{column['group']} {column['header']}", "metric": column["metric"],
                 "paper": paper, "ours": None if mean is None else round(mean, 2),
@@ -129,11 +132,10 @@ def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(paper: str, table: str, runs_dir: str | Path, out_prefix: str | Path,
-           overrides: dict | None = None) -> list[dict]:
-    """Write ``<out_prefix>.md``, ``.csv`` and ``.tex``; return the table's entries."""
-    spec = load_spec(paper, table)
-    cells, _ = plan_table(spec, overrides)
+def render(table_plan: dict, runs_dir: str | Path, out_prefix: str | Path) -> list[dict]:
+    """Write ``<out_prefix>.md``, ``.csv`` and ``.tex`` from a table's plan (``results/plan/tables/<paper>/<table>.json``:
+    the spec and its cells, see :func:`rankrepro.experiments.plan.make_plan`); return the table's entries."""
+    spec, cells = table_plan["spec"], table_plan["cells"]
     values, replica = cell_values(cells, runs_dir)
     rows = table_rows(spec, cells, values)
     out_prefix = Path(out_prefix)

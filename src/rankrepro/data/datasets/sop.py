@@ -2,7 +2,7 @@
 
 Two levels: ``class`` (one product, ``class_id``) and ``super_class`` (one of 12
 product kinds, ``super_class_id``); both ids are the dataset's own, 1-based.
-Protocol ``same_set``: every test image queries the rest of the test set.
+Protocol ``same-set``: every test image queries the rest of the test set.
 Train and test products are disjoint.
 
 Archive layout: ``Stanford_Online_Products/`` holding ``Ebay_train.txt``,
@@ -16,74 +16,83 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from rankrepro.data import sources
-from rankrepro.data.manifest import Manifest, write_manifest
+from rankrepro.data.datasets import DATASETS
+from rankrepro.data.datasets.base import Dataset
+from rankrepro.data.replicas import tiny_jpeg, write_zip
 
-NAME = "sop"
-ARCHIVE = "Stanford_Online_Products.zip"
-# Provenance: the original ftp://cs.stanford.edu/cs/cvgl/Stanford_Online_Products.zip is dead;
-# this Google Drive copy is the one pytorch-metric-learning 2.9 downloads (same md5).
-URL = ("https://drive.usercontent.google.com/download?id=1TclrpQOF_ullUP99wk_gjGN8pKvtErG8"
-       "&export=download&authuser=0&confirm=t")
-CHECKSUM = "md5:7f73d41a2f44250d4779881525aea32e"
 TOP = "Stanford_Online_Products"
-LEVELS = ["class", "super_class"]
-PROTOCOL = "same_set"
 SPLIT_FILES = {"train": "Ebay_train.txt", "test": "Ebay_test.txt"}
 INFO_FILE = "Ebay_info.txt"
 HEADER = ["image_id", "class_id", "super_class_id", "path"]
 FOLDER_SUFFIX = "_final"
 SUPER_CLASS_NAMES = ["bicycle", "cabinet", "chair", "coffee_maker", "fan", "kettle",
                      "lamp", "mug", "sofa", "stapler", "table", "toaster"]  # by super_class_id
-EXPECTED_COUNTS = {
-    "train": {"images": 59_551, "classes": 11_318, "super_classes": 12},
-    "test": {"images": 60_502, "classes": 11_316, "super_classes": 12},
-}
 
 
-def download(data_root: str | Path, url: str = URL, checksum: str = CHECKSUM) -> Path:
-    """Download and verify the archive to ``<data_root>/downloads/sop/Stanford_Online_Products.zip``."""
-    return sources.download(url, Path(data_root) / "downloads" / NAME / ARCHIVE, checksum)
+@DATASETS.register("sop")
+class SOP(Dataset):
+    """Stanford Online Products; see the module docstring for the layout."""
 
-
-def prepare(source: str | Path, manifest_dir: str | Path, *, data_root: str | Path,
-            replica: bool = False) -> Manifest:
-    """Build the manifest from the archive or an already-extracted copy.
-
-    ``source`` is the zip (extracted to ``<data_root>/sop/``), the
-    ``Stanford_Online_Products`` folder, or its parent. Rows: ``path`` as listed,
-    ``split`` train/test, ``label`` = class_id, ``level_1`` = super_class_id.
-    Unless ``replica``, the counts must equal the published ones.
-    """
-    root = locate_root(source, data_root)
-    table = pd.concat([read_split(root, split) for split in SPLIT_FILES], ignore_index=True)
-    check_disjoint(table)
-    if not replica:
-        check_counts(table)
-    check_images_exist(root, table["path"])
-    meta = {
-        "dataset": NAME,
-        "root": str(root.resolve()),
-        "levels": LEVELS,
-        "protocol": PROTOCOL,
-        "replica": replica,
-        "super_class_names": super_class_names(table),
+    title = "SOP"
+    archive = "Stanford_Online_Products.zip"
+    # Provenance: the original ftp://cs.stanford.edu/cs/cvgl/Stanford_Online_Products.zip is dead;
+    # this Google Drive copy is the one pytorch-metric-learning 2.9 downloads (same md5).
+    url = ("https://drive.usercontent.google.com/download?id=1TclrpQOF_ullUP99wk_gjGN8pKvtErG8"
+           "&export=download&authuser=0&confirm=t")
+    checksum = "md5:7f73d41a2f44250d4779881525aea32e"
+    top = TOP
+    marker = SPLIT_FILES["train"]
+    levels = ["class", "super_class"]
+    protocol = "same-set"
+    expected_counts = {
+        "train": {"images": 59_551, "class": 11_318, "super_class": 12},
+        "test": {"images": 60_502, "class": 11_316, "super_class": 12},
     }
-    return write_manifest(manifest_dir, table, meta)
+    disjoint = (("train", "test"),)
 
+    def read_table(self, root: Path) -> pd.DataFrame:
+        """Both split files as manifest rows: ``path`` as listed, ``split`` train/test,
+        ``label`` = class_id, ``level_1`` = super_class_id."""
+        return pd.concat([read_split(root, split) for split in SPLIT_FILES], ignore_index=True)
 
-def locate_root(source: str | Path, data_root: str | Path) -> Path:
-    """The ``Stanford_Online_Products`` folder for ``source``, extracting an archive first."""
-    source = Path(source)
-    if source.is_file():
-        source = sources.extract(source, Path(data_root) / NAME)
-    for root in (source, source / TOP):
-        if (root / SPLIT_FILES["train"]).is_file():
-            return root
-    raise FileNotFoundError(f"no {TOP}/{SPLIT_FILES['train']} under {source}: "
-                            f"expected the {ARCHIVE} archive, the {TOP} folder or its parent")
+    def extra_meta(self, table: pd.DataFrame) -> dict:
+        return {"super_class_names": super_class_names(table)}
+
+    def make_replica(self, out_archive: str | Path, *, classes_per_super: int = 4,
+                     images_per_class: tuple[int, int] = (2, 5), image_size: int = 32, seed: int = 0) -> str:
+        """Write a Stanford Online Products replica zip; return its ``"sha256:<hex>"``.
+
+        Each of the 12 super-classes gets ``classes_per_super`` products in train and
+        as many in test; each product has between ``images_per_class[0]`` and
+        ``images_per_class[1]`` images (inclusive). Class ids are 1-based and
+        contiguous, train first, grouped by super-class as in the real data.
+        """
+        rng = np.random.default_rng(seed)
+        rows: dict[str, list[tuple[int, int, str]]] = {"train": [], "test": []}
+        images: dict[str, bytes] = {}
+        class_id = 0
+        for split in rows:
+            for super_id, kind in enumerate(SUPER_CLASS_NAMES, 1):
+                for _ in range(classes_per_super):
+                    class_id += 1
+                    product = 110_000_000_000 + class_id * 1_000_000 + int(rng.integers(1_000_000))
+                    for n in range(int(rng.integers(images_per_class[0], images_per_class[1] + 1))):
+                        path = f"{kind}{FOLDER_SUFFIX}/{product}_{n}.JPG"
+                        rows[split].append((class_id, super_id, path))
+                        images[f"{TOP}/{path}"] = tiny_jpeg(rng, class_id, image_size, group_key=super_id)
+        note = b"Generated replica of Stanford Online Products for rankrepro; synthetic images, no real data.\n"
+        members = {
+            f"{TOP}/{SPLIT_FILES['train']}": split_file(rows["train"]),
+            f"{TOP}/{SPLIT_FILES['test']}": split_file(rows["test"]),
+            f"{TOP}/{INFO_FILE}": split_file(rows["train"] + rows["test"]),
+            f"{TOP}/README": note,
+            f"{TOP}/LICENSE": note,
+            **images,
+        }
+        return write_zip(out_archive, members)
 
 
 def read_split(root: Path, split: str) -> pd.DataFrame:
@@ -100,33 +109,6 @@ def read_split(root: Path, split: str) -> pd.DataFrame:
     })
 
 
-def check_disjoint(table: pd.DataFrame) -> None:
-    """Train and test must share no class."""
-    shared = set(table.loc[table.split == "train", "label"]) & set(table.loc[table.split == "test", "label"])
-    if shared:
-        raise ValueError(f"SOP: {len(shared)} classes are in both train and test, e.g. {sorted(shared)[:5]}")
-
-
-def check_counts(table: pd.DataFrame) -> None:
-    """Images, classes and super-classes per split must equal EXPECTED_COUNTS."""
-    for split, expected in EXPECTED_COUNTS.items():
-        rows = table[table.split == split]
-        found = {"images": len(rows), "classes": rows["label"].nunique(),
-                 "super_classes": rows["level_1"].nunique()}
-        for key, value in expected.items():
-            if found[key] != value:
-                raise ValueError(f"SOP {split}: expected {value:,} {key}, found {found[key]:,} "
-                                 "(pass replica=True for a generated replica)")
-
-
-def check_images_exist(root: Path, paths: pd.Series) -> None:
-    """Every listed image must be a file under ``root``."""
-    missing = [p for p in paths if not (root / p).is_file()]
-    if missing:
-        raise FileNotFoundError(f"SOP: {len(missing)} listed images are missing under {root}, "
-                                f"e.g. {', '.join(missing[:5])}")
-
-
 def super_class_names(table: pd.DataFrame) -> list[str]:
     """Super-class names (image folder minus ``_final``), ordered by super_class_id."""
     folders = table["path"].str.split("/").str[0].str.removesuffix(FOLDER_SUFFIX)
@@ -137,8 +119,7 @@ def super_class_names(table: pd.DataFrame) -> list[str]:
     return [names[0] for _, names in by_id.sort_index().items()]
 
 
-def make_replica(out_archive: str | Path) -> str:
-    """Write a generated replica of the archive (rankrepro.data.replicas); return its checksum."""
-    from rankrepro.data.replicas import make_sop_replica
-
-    return make_sop_replica(out_archive)
+def split_file(rows: list[tuple[int, int, str]]) -> bytes:
+    """An SOP split file: the header, then ``image_id class_id super_class_id path`` rows."""
+    lines = [" ".join(HEADER)] + [f"{i} {c} {s} {p}" for i, (c, s, p) in enumerate(rows, 1)]
+    return ("\n".join(lines) + "\n").encode()

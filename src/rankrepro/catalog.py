@@ -1,0 +1,131 @@
+"""The catalog: a JSON snapshot of every registry, read by the planner without importing torch.
+
+``catalog.json`` (beside this module) holds, for each kind of component (backbone,
+dataset, loss, model, optimizer, pooling, sampler, schedule), each registered name with
+its builder (``module:qualname``), fixed keywords, and parameters (default or
+``required``, JSON types) -- and, for datasets, the facts the DAG needs (archive name,
+protocol, levels). The planner fills every default of a run from it, so a run's id
+changes when a default in code changes.
+
+The code is the source of truth: ``python -m rankrepro catalog`` rewrites the file from
+the live registries (this imports torch), ``python -m rankrepro catalog --check`` fails
+when they differ, and so does the test suite. Training checks the same thing for the
+components of its run before it starts, so a stale catalog never trains a run whose
+id does not describe it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from functools import lru_cache
+from pathlib import Path
+
+__all__ = ["REGISTRIES", "CATALOG_PATH", "load", "live", "write", "diff", "CatalogError"]
+
+CATALOG_PATH = Path(__file__).with_name("catalog.json")
+
+#: kind -> "module:attribute" of its registry
+REGISTRIES = {
+    "backbone": "rankrepro.models.backbones:BACKBONES",
+    "dataset": "rankrepro.data.datasets:DATASETS",
+    "loss": "rankrepro.losses.registry:LOSSES",
+    "model": "rankrepro.models.heads:MODELS",
+    "optimizer": "rankrepro.engine.optim:OPTIMIZERS",
+    "pooling": "rankrepro.models.pooling:POOLINGS",
+    "sampler": "rankrepro.data.samplers:SAMPLERS",
+    "schedule": "rankrepro.engine.optim:SCHEDULES",
+}
+
+
+class CatalogError(RuntimeError):
+    """The committed catalog does not describe the code."""
+
+
+def registry(kind: str):
+    """The live registry of ``kind`` (imports its modules)."""
+    module, attr = REGISTRIES[kind].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def live() -> dict:
+    """The catalog as the code defines it now."""
+    out = {}
+    for kind in sorted(REGISTRIES):
+        reg = registry(kind)
+        entries = reg.catalog()
+        if kind == "dataset":
+            for name in entries:
+                from rankrepro.data.datasets import load
+
+                entries[name]["facts"] = load(name).facts()
+        out[kind] = entries
+    json.dumps(out)  # every default must be a JSON value
+    return out
+
+
+@lru_cache(maxsize=None)
+def _load(path: str) -> str:
+    return Path(path).read_text()
+
+
+def load(path: str | Path | None = None) -> dict:
+    """The committed catalog (no torch import)."""
+    path = Path(path or CATALOG_PATH)
+    if not path.is_file():
+        raise CatalogError(f"{path} is missing: run `python -m rankrepro catalog` to write it")
+    return json.loads(_load(str(path)))
+
+
+def write(path: str | Path | None = None) -> Path:
+    """Rewrite ``catalog.json`` from the live registries."""
+    from rankrepro.io import atomic_write_text
+
+    path = Path(path or CATALOG_PATH)
+    atomic_write_text(path, json.dumps(live(), indent=1, sort_keys=True) + "\n")
+    _load.cache_clear()
+    return path
+
+
+def diff(committed: dict, current: dict) -> list[str]:
+    """Human-readable differences ``kind name: what`` between two catalogs."""
+    out = []
+    for kind in sorted(set(committed) | set(current)):
+        a, b = committed.get(kind, {}), current.get(kind, {})
+        for name in sorted(set(a) | set(b)):
+            if name not in b:
+                out.append(f"{kind} {name}: in the catalog, no longer registered")
+            elif name not in a:
+                out.append(f"{kind} {name}: registered, missing from the catalog")
+            elif a[name] != b[name]:
+                keys = sorted(k for k in set(a[name]) | set(b[name]) if a[name].get(k) != b[name].get(k))
+                out.append(f"{kind} {name}: {', '.join(keys)} changed")
+    return out
+
+
+def check(path: str | Path | None = None) -> None:
+    """Raise :class:`CatalogError` when the committed catalog differs from the code."""
+    problems = diff(load(path), live())
+    if problems:
+        raise CatalogError(f"{path or CATALOG_PATH} does not match the code (run `python -m rankrepro catalog`"
+                           " and commit it; run ids will change where defaults changed):\n  "
+                           + "\n  ".join(problems))
+
+
+def check_run(run: dict) -> None:
+    """Raise :class:`CatalogError` unless every component of ``run`` pins every parameter the code takes.
+
+    A run planned with a stale catalog lacks the parameters added since (or has ones removed
+    since): its id does not describe what the code would do, so it must not train."""
+    from rankrepro.experiments.plan import COMPONENTS
+    from rankrepro.registry import ParameterError, UnknownNameError
+
+    for path, (kind, extra) in COMPONENTS.items():
+        block = run
+        for key in path:
+            block = block[key]
+        params = {k: v for k, v in block.items() if k != "name" and k not in extra}
+        try:
+            registry(kind).get(block["name"]).check(params, where=f"run {'.'.join(path)}", complete=True)
+        except (ParameterError, UnknownNameError) as err:
+            raise CatalogError(str(err)) from None

@@ -1,0 +1,513 @@
+"""The planner: config + setups + table specs + catalog -> the plan, once, without torch.
+
+A **run** is a fully resolved experiment (``workflow/schemas/run.schema.yaml``). For table
+cell (row, column) it is the merge, in this order, of
+
+1. the column's setup and every setup it ``extends`` (``experiments/setups/<paper>.yaml``),
+2. the column's ``run`` block, the row's ``loss``, the row's ``run`` block (the spec),
+3. the config's ``run_overrides``,
+4. the seed, when the spec lists ``seeds``,
+
+where a block that names another component (``name``) replaces the block below it whole.
+The merge is then *completed*: the run schema's defaults and every component's keyword
+defaults from the catalog (:mod:`rankrepro.catalog`) are written into it, so the record
+pins everything training and evaluation will use. It is validated (schema, component
+names and parameters, metric names) with errors that name the file and key the wrong
+value came from. Its id is ``<dataset>-<loss>-<first 10 hex of the SHA-1 of its
+canonical JSON>``: cells describing the same run share it, and a changed default
+(through the catalog) changes it.
+
+A cell whose setup, dataset or loss is *planned* but not implemented yet
+(``experiments/planned.yaml``) is pending: the table shows the paper number alone. A
+name that is neither registered nor planned is an error.
+
+The **plan** (:func:`make_plan`) holds the runs, each table's cells and the datasets the
+DAG prepares; :func:`write_plan` writes it under ``results/plan/`` (a file is rewritten
+only when its content changes, so Snakemake's mtimes stay put).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from rankrepro import catalog as catalog_mod
+from rankrepro.registry import ParameterError, check_parameters
+
+__all__ = ["PlanError", "SCHEMA_DIR", "load_setups", "load_spec", "spec_names", "resolve", "resolve_run",
+           "run_id", "plan_table", "make_plan", "write_plan", "deep_merge", "canonical_json"]
+
+SCHEMA_DIR = Path(__file__).resolve().parents[3] / "workflow" / "schemas"
+SETUPS_DIR = Path(__file__).resolve().parent / "setups"
+PLANNED_FILE = Path(__file__).resolve().parent / "planned.yaml"
+
+#: component blocks of a run: path -> catalog kind; keys of the block that are not the builder's parameters
+COMPONENTS = {
+    ("model",): ("model", ()),
+    ("model", "pooling"): ("pooling", ()),
+    ("sampler",): ("sampler", ()),
+    ("optimizer",): ("optimizer", ("lr_backbone", "lr_head", "lr_loss")),
+    ("schedule",): ("schedule", ()),
+    ("loss",): ("loss", ("memory",)),
+}
+#: values that name a registered component: path -> catalog kind
+NAME_REFS = {("dataset",): "dataset", ("model", "backbone"): "backbone"}
+
+
+class PlanError(ValueError):
+    """A config, setup or spec that cannot make a valid run; the message names the file and key."""
+
+
+# ------------------------------------------------------------------------------ files
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def load_yaml(path: Path):
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as err:
+        raise PlanError(f"{_rel(Path(path))}: not valid YAML: {err}") from None
+    except OSError as err:
+        raise PlanError(f"{path}: cannot read: {err.strerror}") from None
+
+
+@lru_cache(maxsize=None)
+def _schema(name: str, schema_dir: str) -> dict:
+    path = Path(schema_dir) / f"{name}.schema.yaml"
+    if not path.is_file():
+        raise PlanError(f"schema {path} not found (the planner runs from a rankrepro checkout)")
+    return yaml.safe_load(path.read_text())
+
+
+def _strip_required(schema):
+    """The schema with every ``required`` removed: a partial run (setups, overrides)."""
+    if isinstance(schema, dict):
+        return {k: _strip_required(v) for k, v in schema.items() if k != "required"}
+    if isinstance(schema, list):
+        return [_strip_required(v) for v in schema]
+    return schema
+
+
+def _dotted(path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+TEXT_HINT = (" (snakemake --config passes nested values as text: put run_overrides in a file given with "
+             "--configfile, or edit config.yaml)")
+
+
+def validate(instance, schema: dict, where: str, prefix=(), text_hint: bool = False) -> None:
+    """jsonschema validation; the first error as ``<where>: <key>: <problem>``.
+
+    ``text_hint``: a text where a number or boolean is expected says where text values come from."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+    if error is not None:
+        key = _dotted([*prefix, *error.absolute_path]) or "(top level)"
+        hint = TEXT_HINT if text_hint and error.validator == "type" and isinstance(error.instance, str) else ""
+        raise PlanError(f"{where}: {key}: {error.message}{hint}")
+
+
+class Schemas:
+    """The run, setups and table schemas of ``schema_dir``."""
+
+    def __init__(self, schema_dir: str | Path = SCHEMA_DIR):
+        self.dir = str(schema_dir)
+        self.run = _schema("run", self.dir)
+        self.partial_run = _strip_required(self.run)
+        self.setups = _schema("setups", self.dir)
+        self.table = _schema("table", self.dir)
+
+
+# ------------------------------------------------------------------------------ merge
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """A copy of ``base`` with ``override`` merged in, recursively for dicts.
+
+    A block that names a component (``{"name": ...}``: sampler, loss, schedule ...) is
+    replaced whole when the override names another component."""
+    return _merge([("", base), ("", override)])[0]
+
+
+def _replaces(old, new) -> bool:
+    return not (isinstance(new, dict) and isinstance(old, dict) and new.get("name", old.get("name")) == old.get("name"))
+
+
+def _merge(layers: list[tuple[str, dict]]) -> tuple[dict, dict]:
+    """Merge ``(label, partial run)`` layers; return the run and ``{path: label}`` of every value set."""
+    out: dict = {}
+    origins: dict = {}
+
+    def put(target: dict, data: dict, label: str, prefix: tuple):
+        for key, value in data.items():
+            path = (*prefix, key)
+            if key in target and not _replaces(target[key], value):
+                put(target[key], value, label, path)
+                continue
+            for p in [p for p in origins if p[:len(path)] == path]:
+                del origins[p]
+            target[key] = copy.deepcopy(value)
+            origins[path] = label
+            if isinstance(value, dict):
+                _mark(value, label, path)
+
+    def _mark(data: dict, label: str, prefix: tuple):
+        for key, value in data.items():
+            origins[(*prefix, key)] = label
+            if isinstance(value, dict):
+                _mark(value, label, (*prefix, key))
+
+    for label, data in layers:
+        put(out, data or {}, label, ())
+    return out, origins
+
+
+def _origin(origins: dict, path: tuple) -> str:
+    for n in range(len(path), 0, -1):
+        if path[:n] in origins:
+            return origins[path[:n]]
+    return "the run's defaults"
+
+
+def canonical_json(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def run_id(run: dict) -> str:
+    digest = hashlib.sha1(canonical_json(run).encode()).hexdigest()[:10]
+    return f"{run['dataset']}-{run['loss']['name']}-{digest}"
+
+
+# --------------------------------------------------------------------------- complete
+
+
+def _fill_schema_defaults(instance: dict, schema: dict) -> None:
+    """Write the ``default`` of every absent property of ``schema`` into ``instance``, recursively."""
+    for key, sub in schema.get("properties", {}).items():
+        if key not in instance and "default" in sub:
+            instance[key] = copy.deepcopy(sub["default"])
+        value = instance.get(key)
+        if isinstance(value, dict):
+            _fill_schema_defaults(value, sub)
+            for option in sub.get("oneOf", ()):
+                if option.get("type") == "object":
+                    _fill_schema_defaults(value, option)
+
+
+def _get(run: dict, path: tuple):
+    for key in path:
+        if not isinstance(run, dict) or key not in run:
+            return None
+        run = run[key]
+    return run
+
+
+def _where(origins: dict, path: tuple, context: str) -> str:
+    return f"{_origin(origins, path)}{context}: {_dotted(path)}"
+
+
+def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, context: str = "") -> dict:
+    """Fill the defaults of a merged run and validate it (see the module docstring).
+
+    ``context`` is added to the origin of a wrong value in messages (e.g. which cell)."""
+    run = copy.deepcopy(merged)
+    if isinstance(_get(run, ("model", "pooling")), str):
+        run["model"]["pooling"] = {"name": run["model"]["pooling"]}
+    _fill_schema_defaults(run, schemas.run)
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schemas.run).iter_errors(run))
+    if error is not None:
+        path = tuple(error.absolute_path)
+        if error.validator == "required":  # a key nobody gave: name the block's origin
+            missing = error.message.split("'")[1] if "'" in error.message else error.message
+            raise PlanError(f"{_where(origins, path, context) if path else _origin(origins, ()) + context}: "
+                            f"{missing!r} is required and given by no setup, spec or override")
+        raise PlanError(f"{_where(origins, path, context)}: {error.message}")
+    for path, kind in NAME_REFS.items():
+        name = _get(run, path)
+        if name not in catalog[kind]:
+            raise PlanError(f"{_where(origins, path, context)}: unknown {kind} {name!r}; registered: "
+                            f"{', '.join(sorted(catalog[kind]))}")
+    for path, (kind, extra) in COMPONENTS.items():
+        block = _get(run, path)
+        name = block["name"]
+        if name not in catalog[kind]:
+            raise PlanError(f"{_where(origins, (*path, 'name'), context)}: unknown {kind} {name!r}; registered: "
+                            f"{', '.join(sorted(catalog[kind]))}")
+        entry = catalog[kind][name]
+        params = {k: v for k, v in block.items() if k != "name" and k not in extra}
+        for key in params:
+            where = _where(origins, (*path, key), context)
+            try:
+                check_parameters(kind, name, entry, {key: params[key]}, partial=True)
+            except ParameterError as err:
+                raise PlanError(f"{where}: {err}") from None
+        try:
+            check_parameters(kind, name, entry, params)
+        except ParameterError as err:
+            raise PlanError(f"{_where(origins, path, context)}: {err}") from None
+        for key, spec in entry["parameters"].items():
+            block.setdefault(key, copy.deepcopy(spec.get("default")))
+    if run["warmup_epochs"] > run["epochs"]:  # the backbone would never train
+        raise PlanError(f"run{context}: warmup_epochs ({run['warmup_epochs']}, {_origin(origins, ('warmup_epochs',))}) "
+                        f"exceeds epochs ({run['epochs']}, {_origin(origins, ('epochs',))})")
+    from rankrepro.metrics.names import parse_metric
+
+    for i, name in enumerate(run["eval"]["metrics"]):
+        try:
+            parse_metric(name)
+        except ValueError as err:
+            raise PlanError(f"{_where(origins, ('eval', 'metrics'), context)}[{i}]: {err}") from None
+    return run
+
+
+# ----------------------------------------------------------------------------- setups
+
+
+@dataclass
+class Setup:
+    name: str
+    file: Path
+    data: dict
+
+    @property
+    def label(self) -> str:
+        return f"{_rel(self.file)}: {self.name}"
+
+
+def load_setups(setups_dir: str | Path = SETUPS_DIR, schemas: Schemas | None = None) -> dict[str, Setup]:
+    """Every setup of ``<setups_dir>/*.yaml`` by name, each file checked against the setups schema."""
+    schemas = schemas or Schemas()
+    setups: dict[str, Setup] = {}
+    for file in sorted(Path(setups_dir).glob("*.yaml")):
+        data = load_yaml(file) or {}
+        validate(data, schemas.setups, _rel(file))
+        for name, body in data.items():
+            if name in setups:
+                raise PlanError(f"{_rel(file)}: setup {name!r} is also defined in {_rel(setups[name].file)}")
+            partial = {k: v for k, v in body.items() if k not in ("extends", "description")}
+            validate(partial, schemas.partial_run, f"{_rel(file)}", prefix=(name,))
+            setups[name] = Setup(name, file, body)
+    for setup in setups.values():
+        _setup_chain(setup.name, setups)  # unknown parents and cycles fail here
+    return setups
+
+
+def _setup_chain(name: str, setups: dict[str, Setup]) -> list[Setup]:
+    """The setup and its ancestors, root first."""
+    chain: list[Setup] = []
+    while name is not None:
+        if any(s.name == name for s in chain):
+            raise PlanError(f"{chain[0].label}: extends forms a cycle through {name!r}")
+        if name not in setups:
+            child = chain[-1] if chain else None
+            where = f"{child.label}: extends" if child else "setup"
+            raise PlanError(f"{where}: unknown setup {name!r}; known: {', '.join(sorted(setups))}")
+        chain.append(setups[name])
+        name = setups[name].data.get("extends")
+    return chain[::-1]
+
+
+def setup_layers(name: str, setups: dict[str, Setup]) -> list[tuple[str, dict]]:
+    return [(s.label, {k: v for k, v in s.data.items() if k not in ("extends", "description")})
+            for s in _setup_chain(name, setups)]
+
+
+# ------------------------------------------------------------------------------ specs
+
+
+SPECS_DIR = Path(str(resources.files("rankrepro.tables").joinpath("specs")))
+
+
+def spec_names(specs_dir: str | Path = SPECS_DIR) -> list[tuple[str, str]]:
+    return sorted((f.parent.name, f.stem) for f in Path(specs_dir).glob("*/*.yaml"))
+
+
+def load_spec(paper: str, table: str, schemas: Schemas | None = None, specs_dir: str | Path = SPECS_DIR) -> dict:
+    """A table spec (``<specs_dir>/<paper>/<table>.yaml``), checked against the table schema (and one
+    paper number per column)."""
+    schemas = schemas or Schemas()
+    path = Path(specs_dir) / paper / f"{table}.yaml"
+    if not path.is_file():
+        raise PlanError(f"no table spec {paper}/{table} ({_rel(path)}); known: "
+                        f"{', '.join(f'{p}/{t}' for p, t in spec_names(specs_dir))}")
+    spec = load_yaml(path)
+    where = _rel(path)
+    validate(spec, schemas.table, where)
+    if (spec["paper"], spec["table"]) != (paper, table):
+        raise PlanError(f"{where}: paper/table say {spec['paper']}/{spec['table']}, the file is {paper}/{table}")
+    for r, row in enumerate(spec["rows"]):
+        if len(row["paper"]) != len(spec["columns"]):
+            raise PlanError(f"{where}: rows[{r}].paper: {len(row['paper'])} numbers for "
+                            f"{len(spec['columns'])} columns ({row['method']!r})")
+        if "run" in row:
+            validate(row["run"], schemas.partial_run, where, prefix=("rows", r, "run"))
+    for c, column in enumerate(spec["columns"]):
+        if "run" in column:
+            validate(column["run"], schemas.partial_run, where, prefix=("columns", c, "run"))
+    spec["_file"] = where
+    return spec
+
+
+# ------------------------------------------------------------------------------- plan
+
+
+@dataclass
+class Cell:
+    row: int
+    column: int
+    metric: str
+    run_ids: list[str] = field(default_factory=list)
+    pending: str | None = None  # why no run exists (yet)
+
+
+def load_planned(path: Path = PLANNED_FILE) -> dict:
+    """Names planned but not implemented yet: ``{"setups": [...], "datasets": [...], "losses": [...]}``."""
+    data = load_yaml(path) or {}
+    return {k: set(data.get(k) or ()) for k in ("setups", "datasets", "losses")}
+
+
+class Planner:
+    """Resolves runs against one catalog, one set of setups and schemas, and the config's overrides."""
+
+    def __init__(self, overrides: dict | None = None, *, catalog: dict | None = None,
+                 setups: dict[str, Setup] | None = None, schemas: Schemas | None = None,
+                 planned: dict | None = None, overrides_label: str = "config run_overrides"):
+        self.schemas = schemas or Schemas()
+        self.catalog = catalog if catalog is not None else catalog_mod.load()
+        self.setups = setups if setups is not None else load_setups(schemas=self.schemas)
+        self.planned = planned if planned is not None else load_planned()
+        self.overrides = overrides or {}
+        self.overrides_label = overrides_label
+        validate(self.overrides, self.schemas.partial_run, overrides_label, text_hint=True)
+        for path, (kind, _) in COMPONENTS.items():  # a name in the overrides must exist
+            name = _get(self.overrides, (*path, "name"))
+            if name is not None and name not in self.catalog[kind]:
+                raise PlanError(f"{overrides_label}: {_dotted((*path, 'name'))}: unknown {kind} {name!r}; "
+                                f"registered: {', '.join(sorted(self.catalog[kind]))}")
+
+    def resolve(self, setup: str, layers: list[tuple[str, dict]] = (), seed: int | None = None,
+                context: str = "") -> dict:
+        """The complete run of ``setup`` with the spec's ``layers`` and the overrides (and ``seed``)."""
+        all_layers = [*setup_layers(setup, self.setups), *layers, (self.overrides_label, self.overrides)]
+        if seed is not None:
+            all_layers.append(("spec seeds", {"seed": seed}))
+        merged, origins = _merge(all_layers)
+        return complete_run(merged, origins, self.catalog, self.schemas, context)
+
+    def pending(self, setup: str, loss: str, where: str) -> str | None:
+        """Why a cell has no run yet (planned names), None when it has one; unknown names fail."""
+        if setup not in self.setups:
+            if setup in self.planned["setups"]:
+                return f"setup {setup} not implemented yet"
+            raise PlanError(f"{where}: unknown setup {setup!r}; known: {', '.join(sorted(self.setups))}; "
+                            f"planned: {', '.join(sorted(self.planned['setups']))}")
+        dataset = _merge(setup_layers(setup, self.setups))[0].get("dataset")
+        if dataset not in self.catalog["dataset"] and dataset in self.planned["datasets"]:
+            return f"dataset {dataset} not implemented yet"
+        if loss not in self.catalog["loss"]:
+            if loss in self.planned["losses"]:
+                return f"loss {loss} not implemented yet"
+            raise PlanError(f"{where}: unknown loss {loss!r}; registered: {', '.join(sorted(self.catalog['loss']))}")
+        return None
+
+    def plan_table(self, spec: dict) -> tuple[list[Cell], dict]:
+        """The cells of a table and the runs ``{run_id: run}`` they need."""
+        cells, runs = [], {}
+        where = spec.get("_file", f"{spec['paper']}/{spec['table']}")
+        for r, row in enumerate(spec["rows"]):
+            for c, column in enumerate(spec["columns"]):
+                cell = Cell(r, c, column["metric"])
+                cells.append(cell)
+                if row.get("cited"):
+                    cell.pending = "cited from other work"
+                    continue
+                cell.pending = self.pending(column["setup"], row["loss"]["name"],
+                                            f"{where}: rows[{r}] ({row['method']}) x columns[{c}] ({column['key']})")
+                if cell.pending:
+                    continue
+                layers = [(f"{where}: columns[{c}].run", column.get("run", {})),
+                          (f"{where}: rows[{r}].loss", {"loss": row["loss"]}),
+                          (f"{where}: rows[{r}].run", row.get("run", {}))]
+                context = f" (cell {row['method']!r} x {column['key']})"
+                for seed in spec.get("seeds", [None]):
+                    run = self.resolve(column["setup"], layers, seed, context)
+                    rid = run_id(run)
+                    runs[rid] = run
+                    cell.run_ids.append(rid)
+        return cells, runs
+
+
+def resolve_run(setup: str, loss: dict, overrides: dict | None = None, **planner_kw) -> dict:
+    """The complete run of ``loss`` in ``setup`` with ``overrides`` on top (a convenience for tests and notebooks)."""
+    return Planner(overrides, **planner_kw).resolve(setup, [("loss", {"loss": loss})])
+
+
+def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datasets_config: dict | None = None,
+              *, specs_dir: str | Path | None = None, setups_dir: str | Path | None = None, **planner_kw) -> dict:
+    """The plan of the config's ``tables`` ({paper: [table, ...]}), ``run_overrides`` and ``datasets``.
+
+    ``{"runs": {id: run}, "tables": {"paper/table": {"paper", "table", "spec", "cells"}},
+    "datasets": {name: {"facts": ..., "config": ...}}}``."""
+    if setups_dir is not None and "setups" not in planner_kw:
+        planner_kw["setups"] = load_setups(setups_dir, planner_kw.get("schemas"))
+    planner = Planner(overrides, **planner_kw)
+    specs_dir = specs_dir or SPECS_DIR
+    datasets_config = datasets_config or {}
+    for name in datasets_config:
+        if name not in planner.catalog["dataset"]:
+            raise PlanError(f"config datasets.{name}: unknown dataset; registered: "
+                            f"{', '.join(sorted(planner.catalog['dataset']))}")
+    runs: dict = {}
+    tables_out: dict = {}
+    for paper, names in tables.items():
+        for table in names:
+            spec = load_spec(paper, table, planner.schemas, specs_dir)
+            cells, table_runs = planner.plan_table(spec)
+            runs.update(table_runs)
+            tables_out[f"{paper}/{table}"] = {
+                "paper": paper, "table": table, "spec": {k: v for k, v in spec.items() if k != "_file"},
+                "cells": [asdict(cell) for cell in cells], "runs": sorted(table_runs)}
+    default_cfg = {"replica": False, "extracted": None, "url": None, "checksum": None}
+    used = sorted({run["dataset"] for run in runs.values()} | set(datasets_config))
+    datasets = {name: {"facts": planner.catalog["dataset"][name]["facts"],
+                       "config": {**default_cfg, **(datasets_config.get(name) or {})}} for name in used}
+    return {"runs": dict(sorted(runs.items())), "tables": tables_out, "datasets": datasets}
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    from rankrepro.io import atomic_write_text
+
+    if not path.is_file() or path.read_text() != text:
+        atomic_write_text(path, text)
+
+
+def write_plan(plan: dict, out_dir: str | Path = "results/plan") -> Path:
+    """``<out_dir>/plan.json`` and one ``<out_dir>/tables/<paper>/<table>.json`` per table (the table rule's
+    input), each rewritten only when its content changed. Returns the plan file."""
+    out_dir = Path(out_dir)
+    for key, table in plan["tables"].items():
+        _write_if_changed(out_dir / "tables" / f"{key}.json", json.dumps(table, indent=1, sort_keys=True) + "\n")
+    path = out_dir / "plan.json"
+    _write_if_changed(path, json.dumps(plan, indent=1, sort_keys=True) + "\n")
+    return path

@@ -1,0 +1,170 @@
+"""The modules of rankrepro.metrics import each other without a cycle.
+
+Every import counts, including those inside functions (a lazy ``from .api import compute`` hides a
+circle, it does not remove it): each module is parsed with ``ast`` and every ``import`` /
+``from ... import`` statement anywhere in it that names a module of the package is an edge.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import rankrepro.metrics
+
+PACKAGE = "rankrepro.metrics"
+ROOT = Path(rankrepro.metrics.__file__).parent
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    """{dotted name: file} for the package and its submodules (subpackages included)."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join([PACKAGE, *parts])] = path
+    return out
+
+
+def _resolve(module: str, is_package: bool, level: int, name: str | None) -> str:
+    """The absolute name of ``from <level dots><name> import ...`` written in ``module``."""
+    base = module.split(".")
+    if not is_package:
+        base = base[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([name] if name else []))
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """{module: modules of the package it imports} (the package itself excluded as a target:
+    ``from . import x`` is an edge to ``x``)."""
+    mods = _modules(root)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+
+    def add(src: str, target: str) -> None:
+        # the deepest known module that ``target`` names (``pkg.api.compute`` -> ``pkg.api``)
+        parts = target.split(".")
+        while parts and ".".join(parts) not in mods:
+            parts.pop()
+        dst = ".".join(parts)
+        if dst and dst != PACKAGE and dst != src:
+            graph[src].add(dst)
+
+    for mod, path in mods.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    add(mod, alias.name)
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(mod, is_package, node.level, node.module) if node.level else (node.module or "")
+                for alias in node.names:  # ``from . import x`` / ``from pkg import x``: x may be a module
+                    add(mod, f"{base}.{alias.name}")
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as ``[a, b, ..., a]``, or None."""
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle_in_metrics():
+    graph = import_graph()
+    assert f"{PACKAGE}.api" in graph and f"{PACKAGE}.protocols" in graph
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle in rankrepro.metrics: " + " -> ".join(cycle)
+
+
+def test_layers():
+    """Protocols sit on top of the core; the core and the definitions never import upwards."""
+    g = import_graph()
+    m = {name.rsplit(".", 1)[-1]: deps for name, deps in g.items() if name != PACKAGE}
+    assert f"{PACKAGE}.core" in m["protocols"]
+    for low in ("names", "core", "binary", "retrieval", "ranking", "hierarchical", "clustering", "cpu_kernels", "knn"):
+        assert not m[low] & {f"{PACKAGE}.api", f"{PACKAGE}.protocols"}, low
+    assert f"{PACKAGE}.retrieval" not in m["core"]
+    assert not m["names"]  # the metric-name grammar needs nothing else of the package
+
+
+@pytest.mark.parametrize("source, cycle", [
+    # a function-level import closes the circle just as a top-level one does
+    ({"a.py": "from .b import f\n", "b.py": "def f():\n    from .a import g\n"}, ["a", "b", "a"]),
+    ({"a.py": "from . import b\n", "b.py": "import rankrepro.metrics.a\n"}, ["a", "b", "a"]),
+    ({"a.py": "from .b import f\n", "b.py": "import numpy\nfrom . import c\n", "c.py": "x = 1\n"}, None),
+])
+def test_cycle_finder(tmp_path, source, cycle):
+    (tmp_path / "__init__.py").write_text("from .a import *\n")
+    for name, text in source.items():
+        (tmp_path / name).write_text(text)
+    found = find_cycle(import_graph(tmp_path))
+    if cycle is None:
+        assert found is None
+    else:
+        assert [n.rsplit(".", 1)[-1] for n in found] == cycle
+
+
+_NO_TORCH = """
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {'torch', 'numpy', 'numba', 'faiss'}:
+            raise ImportError(name + ' imported')
+sys.meta_path.insert(0, _Block())
+from rankrepro.metrics.names import parse_metric
+assert parse_metric('R@5').k == 5
+"""
+
+
+def test_metric_names_import_without_torch():
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", _NO_TORCH], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+
+
+def test_lazy_exports():
+    import importlib
+    import subprocess
+    import sys
+    import types
+
+    import rankrepro.metrics as pkg
+
+    # the submodule knn imported before the function is asked for (a fresh process)
+    first = "import rankrepro.metrics.knn\nfrom rankrepro.metrics import knn\nassert knn.__name__ == 'knn' and callable(knn)"
+    res = subprocess.run([sys.executable, "-c", first], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    importlib.import_module("rankrepro.metrics.knn")
+    assert isinstance(pkg.knn, types.FunctionType) and pkg.knn.__module__ == "rankrepro.metrics.knn"
+    assert pkg.compute.__module__ == "rankrepro.metrics.api"
+    assert pkg.PROTOCOLS[0] == "same-set" and callable(pkg.retrieval_metrics) and callable(pkg.parse_metric)
+    assert set(pkg.__all__) <= set(dir(pkg))
+    with pytest.raises(AttributeError):
+        pkg.nope  # noqa: B018
