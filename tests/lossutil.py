@@ -92,3 +92,54 @@ def peak_bytes(fn) -> tuple[int, object]:
     with Track():
         result = fn()
     return state["peak"], result
+
+
+# ------------------------------------------------------------- property checks shared by the loss tests
+
+
+def assert_order_and_label_invariant(loss, e, y, relabel=(10, 3), seed=1):
+    """The value is unchanged by shuffling the batch, by renaming the classes (ids ``c * a + b``
+    for ``relabel = (a, b)``) and by [B, L] labels whose column 0 is ``y``."""
+    base = loss(e, y)
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(len(y), generator=g)
+    ids = torch.randperm(int(y.max()) + 1, generator=g) * relabel[0] + relabel[1]  # any integer ids
+    torch.testing.assert_close(loss(e[perm], ids[y[perm]]), base, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(loss(e, torch.stack([y, torch.zeros_like(y)], 1)), base)
+    return base
+
+
+def assert_zero_with_graph(loss, n=6, d=4):
+    """Singletons only (no query has a positive): the loss is 0, attached to the graph, with a 0 gradient."""
+    e = unit(n, d, 0).requires_grad_()
+    out = loss(e, torch.arange(n))
+    assert out.item() == 0.0 and out.requires_grad
+    out.backward()
+    assert torch.count_nonzero(e.grad) == 0
+
+
+def assert_score_gradient_signs(loss, rows=1, tol=0.0, reseed=False):
+    """With ref = identity the embeddings are the scores (s_j = query[j]): dL/ds <= tol on the
+    positives and >= -tol on the negatives, and not all zero on either side (5 random draws)."""
+    n = 12
+    ref = torch.eye(n)
+    ref_y = torch.tensor([0, 1, 0, 1, 1, 0, 1, 0, 1, 1, 1, 0])
+    pos = ref_y == 0
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        scores = (0.5 + 0.02 * torch.randn(rows, n, generator=g)).requires_grad_()
+        if reseed:
+            torch.manual_seed(0)
+        out = loss(scores, torch.zeros(rows, dtype=torch.long), ref, ref_y)
+        (grad,) = torch.autograd.grad(out, scores)
+        assert (grad[:, pos] <= tol).all() and (grad[:, ~pos] >= -tol).all()
+        assert grad[:, pos].min() < 0 and grad[:, ~pos].max() > 0
+
+
+def assert_descent_lowers_loss(loss, y, e, step):
+    """A small step against the gradient (of norm ``step``) lowers the loss."""
+    e = e.clone().requires_grad_()
+    v = loss(e, y)
+    (g,) = torch.autograd.grad(v, e)
+    e2 = F.normalize(e.detach() - step * g / g.norm(), dim=1)
+    assert loss(e2, y).item() < v.item()

@@ -451,7 +451,3 @@ def test_no_triplet_is_zero_and_attached():
         out = build("triplet", **kw)(e, torch.arange(5))
         assert out.item() == 0.0 and out.requires_grad
         out.backward()
-
-
-@pytest.mark.parametrize("name, kw", [("triplet", {}), ("triplet", {"mining": "semihard"}),
-                                      ("lifted_structure", {}), ("angular", {})])

@@ -41,7 +41,7 @@ def test_caps_budget_and_errors_are_reported(tmp_path):
     by = {(r.loss, r.batch_size): r for r in rows}
     assert by[("triplet", 8)].ms is not None and by[("triplet", 8)].note.startswith("capped")
     assert by[("triplet", 16)].ms is None and by[("triplet", 16)].note.startswith("skipped")
-    assert by[("no_such_loss", 8)].note.startswith("error: ValueError")
+    assert by[("no_such_loss", 8)].note.startswith("error: UnknownNameError: unknown loss")
     rows = bench.run(tmp_path, names=["triplet"], budget_s=0.0, **TINY)
     assert all(r.ms is None and "budget" in r.note for r in rows)
     assert "budget" in (tmp_path / "losses.md").read_text()

@@ -11,6 +11,8 @@ L2-normalised batch (B = 32, D = 16, 8 classes x 4). Labels: [B] if the loss acc
   that depend on the batch order by construction (declared ``order_dependent = True``);
 * wrapped in ``memory={"size": 64}`` it runs for three steps (the memory is used from the
   second step on), gradients stay finite, no gradient reaches the memory;
+* the losses over the rank core give the same value and gradient with ``chunk_size=4``;
+* under bf16 autocast the value is the float32 one, as a float32 tensor;
 * ``set_epoch`` (when present) is accepted (through the memory wrapper, which forwards it);
 * at B = 256 no tensor saved for backward has B³/4 elements or more, and the tensors alive at
   once during forward + backward stay below B³/4 float32 elements (B³ bytes) for the losses
@@ -35,7 +37,7 @@ from rankrepro.losses.rank import RankingLoss
 from rankrepro.losses.registry import data_context
 
 from lossutil import one_thread  # noqa: F401  (autouse fixture)
-from lossutil import peak_bytes
+from lossutil import peak_bytes, uneven_labels, unit
 
 NAMES = losses.names()
 B, D, C, M = 32, 16, 8, 4
@@ -82,6 +84,23 @@ def label_forms(name, fine, hier):
 def value(loss, emb, y, seed=0):
     torch.manual_seed(seed)
     return loss(emb, y)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_registry_defaults_are_typed_json(name):
+    """The planner pins every default into a run: each is a JSON value of its declared JSON type."""
+    import json
+
+    from rankrepro.registry import check_json_type
+
+    params = losses.get(name).parameters()
+    defaults = losses.defaults(name)
+    assert json.loads(json.dumps(defaults)) == defaults, f"{name}: defaults are not JSON values"
+    for key, p in params.items():
+        assert p.types, f"{name}: parameter {key} has no JSON type (annotate it)"
+        assert p.required or check_json_type(p.default, p.types), f"{name}: {key}={p.default!r} is not {p.types}"
+    # the data sizes are context, never run parameters
+    assert not set(params) & {"num_classes", "num_classes_per_level", "embedding_size"}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -138,6 +157,36 @@ def test_memory_wrapper_steps(name):
             torch.testing.assert_close(e.grad, g, atol=0, rtol=0)
         assert loss.embeddings is not None and not loss.embeddings.requires_grad
         assert loss.embeddings.grad_fn is None and loss.embeddings.shape[0] == 64
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_autocast_computes_in_float32(name):
+    """Under bf16 autocast a loss computes in float32: same value, float32 result."""
+    emb, fine, hier = batch(4)
+    for y in label_forms(name, fine, hier):
+        base = value(make(name), emb, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = value(make(name), emb, y)
+        assert out.dtype == torch.float32, f"{name}: {out.dtype}"
+        torch.testing.assert_close(out, base, msg=lambda m: f"{name}, labels {tuple(y.shape)}: {m}")
+
+
+CHUNKED = [n for n in NAMES if "chunk_size" in losses.accepted_hparams(n)]
+
+
+@pytest.mark.parametrize("name", CHUNKED)
+def test_chunked_equals_unchunked(name):
+    """The rank core's query blocks (``chunk_size``) change neither the value nor the gradient."""
+    y = uneven_labels(10, sizes=(3, 4, 5, 6, 2, 1, 9))
+    y = torch.stack([y, y // 3], 1) if label_kind(name) == "hier" else y
+    e = unit(len(y), 8, 10).requires_grad_()
+    e2 = e.detach().clone().requires_grad_()
+    a = value(make(name, embedding_size=8), e, y)
+    b = value(make(name, embedding_size=8, chunk_size=4), e2, y)
+    torch.testing.assert_close(a, b)
+    a.backward()
+    b.backward()
+    torch.testing.assert_close(e.grad, e2.grad)
 
 
 # ------------------------------------------------------------------ memory at B = 256

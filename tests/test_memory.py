@@ -31,6 +31,25 @@ def test_fifo_order_and_warmup():
     assert inner.calls == [None, None, [4, 5, 2, 3], [6, 7, 4, 5, 2, 3], [8, 9, 6, 7, 4, 5]]
 
 
+class IndexRecorder(Recorder):
+    def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None):
+        self.calls.append(None if self_index is None else self_index.tolist())
+        return embeddings.sum() * 0
+
+
+def test_memory_passes_the_own_index_explicitly():
+    """The reference set starts with the batch and the wrapper says so (``self_index``); a loss
+    whose forward takes no ``self_index`` (``Recorder``) is called without it."""
+    inner = IndexRecorder()
+    loss = MemoryLoss(inner, size=4)
+    e = torch.zeros(3, 2)
+    loss(e, torch.tensor([0, 1, 2]))
+    loss(e, torch.tensor([3, 4, 5]))
+    assert inner.calls == [None, [0, 1, 2]]
+    with pytest.raises(ValueError, match="no external reference set"):
+        loss(e, torch.tensor([0, 1, 2]), self_index=torch.arange(3))
+
+
 def test_no_gradient_into_memory_and_state_roundtrip():
     loss = losses.build("smooth_ap", memory={"size": 8, "warmup_epochs": 0})
     e1 = F.normalize(torch.randn(4, 5), dim=1)

@@ -238,14 +238,11 @@ def test_the_planner_and_the_dry_run_import_no_torch(tmp_path):
     plan = subprocess.run([sys.executable, "-m", "rankrepro", "plan", "--config", str(REPO / "config.yaml"),
                            "--out", str(tmp_path / "plan")], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr
+    from rankrepro.bench.plan import workflow_copy
+
     wf = tmp_path / "wf"
     wf.mkdir()
-    for name in ("Snakefile", "config.yaml"):
-        (wf / name).write_text((REPO / name).read_text())
-    import shutil
-
-    for name in ("workflow", "profiles", "envs"):
-        shutil.copytree(REPO / name, wf / name)
+    workflow_copy(wf)
     dry = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1"], env=env, cwd=wf,
                          capture_output=True, text=True, timeout=300)
     assert dry.returncode == 0, dry.stderr[-3000:]

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from rankrepro.losses import accepted_hparams, build, names
 from rankrepro.losses.pnp import PNPLoss
 
-from lossutil import uneven_labels, unit
+from lossutil import (assert_order_and_label_invariant, assert_score_gradient_signs, assert_zero_with_graph,
+                      uneven_labels, unit)
 
 TAU = 0.01
 VARIANTS = {"O": "pnp_o", "Iu": "pnp_iu", "Ib": "pnp_ib", "Ds": "pnp_ds", "Dq": "pnp_dq"}
@@ -181,17 +182,7 @@ def test_tau_to_zero_counts_negatives_before_positives():
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_gradient_direction_on_scores(variant):
     """With ref = identity, s_j = query[j]: dL/ds <= 0 on positives, >= 0 on negatives."""
-    n = 12
-    ref = torch.eye(n)
-    ref_y = torch.tensor([0, 1, 0, 1, 1, 0, 1, 0, 1, 1, 1, 0])
-    pos = ref_y == 0
-    g = torch.Generator().manual_seed(0)
-    for _ in range(5):
-        scores = (0.5 + 0.02 * torch.randn(1, n, generator=g)).requires_grad_()
-        loss = make(variant)(scores, torch.tensor([0]), ref, ref_y)
-        (grad,) = torch.autograd.grad(loss, scores)
-        assert (grad[0, pos] <= 1e-9).all() and (grad[0, ~pos] >= -1e-9).all()
-        assert grad[0, pos].min() < 0 and grad[0, ~pos].max() > 0
+    assert_score_gradient_signs(make(variant), rows=1, tol=1e-9)
 
 
 def test_dq_legacy_sign_is_the_pre_2023_release():
@@ -210,23 +201,11 @@ def test_dq_legacy_sign_is_the_pre_2023_release():
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_label_and_batch_order_invariance(variant):
     y = uneven_labels(7)
-    e = unit(len(y), 8, 7)
-    loss = make(variant)
-    base = loss(e, y)
-    g = torch.Generator().manual_seed(1)
-    perm = torch.randperm(len(y), generator=g)
-    relabel = torch.randperm(int(y.max()) + 1, generator=g) * 10 + 3  # any integer ids
-    torch.testing.assert_close(loss(e[perm], relabel[y[perm]]), base, atol=1e-6, rtol=1e-6)
-    # [B, L] labels: column 0 is used
-    torch.testing.assert_close(loss(e, torch.stack([y, torch.zeros_like(y)], 1)), base)
+    assert_order_and_label_invariant(make(variant), unit(len(y), 8, 7), y, relabel=(10, 3))
 
 
 def test_no_valid_query_gives_zero_with_graph():
-    e = unit(6, 4, 0).requires_grad_()
-    out = build("pnp_dq")(e, torch.arange(6))
-    assert out.item() == 0.0 and out.requires_grad
-    out.backward()
-    assert torch.count_nonzero(e.grad) == 0
+    assert_zero_with_graph(build("pnp_dq"))
 
 
 # ---------------------------------------------------------------------------- (3) ref set
@@ -280,28 +259,6 @@ def test_memory_wrapper_runs_and_no_grad_into_memory():
 
 
 # ---------------------------------------------------------------------------- (4) memory
-
-
-def test_chunked_equals_unchunked():
-    y = uneven_labels(10, sizes=(3, 4, 5, 6, 2, 1, 9))
-    e = unit(len(y), 8, 10).requires_grad_()
-    e2 = e.detach().clone().requires_grad_()
-    a = build("pnp_ib")(e, y)
-    b = build("pnp_ib", chunk_size=4)(e2, y)
-    torch.testing.assert_close(a, b)
-    a.backward()
-    b.backward()
-    torch.testing.assert_close(e.grad, e2.grad)
-
-
-def test_autocast_computes_in_float32():
-    y = uneven_labels(9)
-    e = unit(len(y), 8, 9)
-    base = build("pnp_ds")(e, y)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = build("pnp_ds")(e, y)
-    assert out.dtype == torch.float32
-    torch.testing.assert_close(out, base)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

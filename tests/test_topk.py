@@ -12,7 +12,7 @@ from rankrepro.losses import build, names
 from rankrepro.losses.topk import TopKPrecisionLoss, topk_precision_per_query
 
 import lossutil
-from lossutil import unit
+from lossutil import assert_order_and_label_invariant, assert_zero_with_graph, unit
 
 
 uneven_labels = functools.partial(lossutil.uneven_labels, sizes=(1, 2, 3, 8, 4, 7, 2, 6))  # this file's class sizes
@@ -232,21 +232,11 @@ def test_gradient_direction_on_scores():
 @pytest.mark.parametrize("reduction", ["class_sum", "sum", "mean"])
 def test_label_and_batch_order_invariance(reduction):
     y = uneven_labels(7)
-    e = unit(len(y), 8, 7)
-    loss = TopKPrecisionLoss(reduction=reduction)
-    base = loss(e, y)
-    g = torch.Generator().manual_seed(1)
-    perm = torch.randperm(len(y), generator=g)
-    relabel = torch.randperm(int(y.max()) + 1, generator=g) * 7 + 2
-    torch.testing.assert_close(loss(e[perm], relabel[y[perm]]), base, atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(loss(e, torch.stack([y, torch.zeros_like(y)], 1)), base)
+    assert_order_and_label_invariant(TopKPrecisionLoss(reduction=reduction), unit(len(y), 8, 7), y, relabel=(7, 2))
 
 
 def test_singletons_only_gives_zero_with_graph():
-    e = unit(6, 4, 0).requires_grad_()
-    out = build("topk_precision")(e, torch.arange(6))
-    assert out.item() == 0.0 and out.requires_grad
-    out.backward()
+    assert_zero_with_graph(build("topk_precision"))
 
 
 # ---------------------------------------------------------------------------- (4) ref set

@@ -3,7 +3,6 @@ and the demo profile end to end on a copy of the workflow."""
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -11,16 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from rankrepro.bench.plan import workflow_copy
+
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-
-
-def workflow_copy(dest: Path) -> Path:
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(REPO / name, dest / name)
-    for name in ("workflow", "profiles", "envs"):
-        shutil.copytree(REPO / name, dest / name)
-    return dest
 
 
 def smk(cwd, *args, timeout=300):

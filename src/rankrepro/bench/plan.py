@@ -5,7 +5,7 @@
 would run it) on a copy of this checkout's workflow for
 
 * ``config.yaml`` as it is (today's tables), and
-* a generated plan of ``tables`` tables and ``runs`` runs: ``runs / losses`` setups
+* config.yaml plus a generated plan of ``tables`` tables (34 with SupRank's Table I) and ``runs`` runs: ``runs / losses`` setups
   extending ``suprank_sop`` (each with its own number of epochs, so every (setup, loss) is
   its own run), and tables of two setup columns x ``losses`` loss rows, the setups taken
   in turn so that every run belongs to some table.
@@ -29,7 +29,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _workflow_copy(dest: Path) -> Path:
+def workflow_copy(dest: Path) -> Path:
+    """Copy this checkout's workflow (Snakefile, config, rules, schemas, profiles, envs) into ``dest``."""
     for name in ("Snakefile", "config.yaml"):
         shutil.copy(REPO / name, dest / name)
     for name in ("workflow", "profiles", "envs"):
@@ -37,20 +38,20 @@ def _workflow_copy(dest: Path) -> Path:
     return dest
 
 
-def generate(dest: Path, tables: int = 34, runs: int = 250, losses: int = 10) -> dict:
+def generate(dest: Path, tables: int = 33, runs: int = 250, losses: int = 10) -> dict:
     """Write generated setups and specs under ``dest``; return the config lines that use them."""
     from rankrepro import catalog
-    from rankrepro.experiments.plan import SETUPS_DIR
+    from rankrepro.experiments.plan import SETUPS_DIR, SPECS_DIR
 
     cat = catalog.load()
     usable = [n for n, e in sorted(cat["loss"].items())
               if not any(p.get("required") for p in e["parameters"].values())][:losses]
     n_setups = -(-runs // len(usable))
     setups_dir, specs_dir = dest / "setups", dest / "specs" / "gen"
-    setups_dir.mkdir(parents=True)
+    shutil.copytree(SETUPS_DIR, setups_dir)
+    shutil.copytree(SPECS_DIR, dest / "specs")  # config.yaml's own tables stay in the plan
     specs_dir.mkdir(parents=True)
-    shutil.copy(SETUPS_DIR / "suprank.yaml", setups_dir / "suprank.yaml")
-    setups = {f"gen_{i}": {"extends": "suprank_sop", "epochs": 1 + i} for i in range(n_setups)}
+    setups = {f"gen_{i}": {"extends": "suprank_sop", "epochs": 10 + i} for i in range(n_setups)}
     (setups_dir / "gen.yaml").write_text(yaml.safe_dump(setups))
     for t in range(tables):
         pair = [f"gen_{(2 * t) % n_setups}", f"gen_{(2 * t + 1) % n_setups}"]
@@ -80,18 +81,19 @@ def _jobs(stdout: str) -> int:
     return 0
 
 
-def run(out_dir="results/bench", repeats: int = 3, tables: int = 34, runs: int = 250) -> list[dict]:
+def run(out_dir="results/bench", repeats: int = 3, tables: int = 33, runs: int = 250) -> list[dict]:
     from rankrepro.experiments.plan import make_plan, write_plan
     from rankrepro.io import atomic_write_text
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        wf = _workflow_copy(Path(tmp))
+        wf = workflow_copy(Path(tmp))
         gen = generate(Path(tmp) / "gen", tables, runs)
         (wf / "gen.yaml").write_text(yaml.safe_dump(gen))
         config = yaml.safe_load((wf / "config.yaml").read_text())
-        for label, extra, cfg in (("config.yaml", [], config), (f"generated: {tables} tables", ["--configfile", "gen.yaml"],
-                                                               {**config, **gen})):
+        merged = {**config, **gen, "tables": {**config["tables"], **gen["tables"]}}  # as Snakemake merges them
+        for label, extra, cfg in (("config.yaml", [], config), ("config.yaml + generated", ["--configfile", "gen.yaml"],
+                                                               merged)):
             t0 = time.perf_counter()
             plan = make_plan(cfg["tables"], cfg.get("run_overrides") or {}, cfg.get("datasets") or {},
                              specs_dir=cfg.get("specs_dir"), setups_dir=cfg.get("setups_dir"))

@@ -75,9 +75,12 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster on many specs
+
+
 def load_yaml(path: Path):
     try:
-        return yaml.safe_load(Path(path).read_text())
+        return yaml.load(Path(path).read_text(), Loader=_LOADER)
     except yaml.YAMLError as err:
         raise PlanError(f"{_rel(Path(path))}: not valid YAML: {err}") from None
     except OSError as err:
@@ -89,7 +92,7 @@ def _schema(name: str, schema_dir: str) -> dict:
     path = Path(schema_dir) / f"{name}.schema.yaml"
     if not path.is_file():
         raise PlanError(f"schema {path} not found (the planner runs from a rankrepro checkout)")
-    return yaml.safe_load(path.read_text())
+    return yaml.load(path.read_text(), Loader=_LOADER)
 
 
 def _strip_required(schema):
@@ -112,14 +115,26 @@ TEXT_HINT = (" (snakemake --config passes nested values as text: put run_overrid
              "--configfile, or edit config.yaml)")
 
 
+_VALIDATORS: dict = {}
+
+
+def first_error(instance, schema: dict):
+    """The most relevant jsonschema error of ``instance``, or None (validators cached per schema)."""
+    import jsonschema
+
+    validator = _VALIDATORS.get(id(schema))
+    if validator is None or validator.schema is not schema:
+        validator = _VALIDATORS[id(schema)] = jsonschema.Draft202012Validator(schema)
+    if validator.is_valid(instance):
+        return None
+    return jsonschema.exceptions.best_match(validator.iter_errors(instance))
+
+
 def validate(instance, schema: dict, where: str, prefix=(), text_hint: bool = False) -> None:
     """jsonschema validation; the first error as ``<where>: <key>: <problem>``.
 
     ``text_hint``: a text where a number or boolean is expected says where text values come from."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+    error = first_error(instance, schema)
     if error is not None:
         key = _dotted([*prefix, *error.absolute_path]) or "(top level)"
         hint = TEXT_HINT if text_hint and error.validator == "type" and isinstance(error.instance, str) else ""
@@ -233,9 +248,7 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
     if isinstance(_get(run, ("model", "pooling")), str):
         run["model"]["pooling"] = {"name": run["model"]["pooling"]}
     _fill_schema_defaults(run, schemas.run)
-    import jsonschema
-
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schemas.run).iter_errors(run))
+    error = first_error(run, schemas.run)
     if error is not None:
         path = tuple(error.absolute_path)
         if error.validator == "required":  # a key nobody gave: name the block's origin
@@ -399,6 +412,7 @@ class Planner:
         self.planned = planned if planned is not None else load_planned()
         self.overrides = overrides or {}
         self.overrides_label = overrides_label
+        self._resolved: dict = {}  # the same layers give the same run: complete it once
         validate(self.overrides, self.schemas.partial_run, overrides_label, text_hint=True)
         for path, (kind, _) in COMPONENTS.items():  # a name in the overrides must exist
             name = _get(self.overrides, (*path, "name"))
@@ -412,8 +426,11 @@ class Planner:
         all_layers = [*setup_layers(setup, self.setups), *layers, (self.overrides_label, self.overrides)]
         if seed is not None:
             all_layers.append(("spec seeds", {"seed": seed}))
-        merged, origins = _merge(all_layers)
-        return complete_run(merged, origins, self.catalog, self.schemas, context)
+        key = canonical_json(all_layers)
+        if key not in self._resolved:
+            merged, origins = _merge(all_layers)
+            self._resolved[key] = complete_run(merged, origins, self.catalog, self.schemas, context)
+        return copy.deepcopy(self._resolved[key])
 
     def pending(self, setup: str, loss: str, where: str) -> str | None:
         """Why a cell has no run yet (planned names), None when it has one; unknown names fail."""

@@ -57,7 +57,7 @@ from .inputs import (
     retrieval_lists,
 )
 from .rank import gather_relevant
-from .registry import register
+from .registry import compose, register
 
 __all__ = [
     "Triplet",
@@ -529,37 +529,47 @@ def _check_sizes(num_classes, embedding_size):
         raise ValueError(f"embedding_size must be an int >= 1, got {embedding_size!r}")
 
 
-@register("proxy_nca")
 class ProxyNCA(_ProxyAdapter):
     r"""ProxyNCA (Movshovitz-Attias et al. 2017) as PML ``ProxyNCALoss``:
     ``-log softmax_c(-scale · ||x̂ - p̂_c||²)[y]`` over all proxies (normalised embeddings
     and proxies), averaged. PML keeps the positive proxy in the denominator (the
     ProxyNCA++ form), unlike the original paper. ``softmax_scale`` = 1 (PML default);
-    proxies ~ N(0, 1) (PML init)."""
+    proxies ~ N(0, ``proxy_std``²) (PML init: 1). Registered twice: ``proxy_nca``
+    (``proxy_std`` fixed to 1) and ``proxy_nca_pp`` (below: scale 1/T, std 1/8)."""
 
-    def __init__(self, num_classes: int, embedding_size: int, softmax_scale: float = 1.0):
+    def __init__(self, num_classes: int, embedding_size: int, softmax_scale: float = 1.0, proxy_std: float = 1.0):
         super().__init__()
         _check_sizes(num_classes, embedding_size)
         _check_positive("softmax_scale", softmax_scale)
+        _check_positive("proxy_std", proxy_std)
         self.num_classes, self.embedding_size = num_classes, embedding_size
-        self.softmax_scale = float(softmax_scale)
-        self.loss = pml_losses.ProxyNCALoss(num_classes, embedding_size, softmax_scale=self.softmax_scale,
-                                            **self._init_kwargs())
-
-    def _init_kwargs(self):
-        return {}
+        self.softmax_scale, self.proxy_std = float(softmax_scale), float(proxy_std)
+        self.temperature = None  # the ProxyNCA++ parametrisation (scale = 1/T), when built so
+        init = {} if proxy_std == 1.0 else {
+            "weight_init_func": pml_cf.TorchInitWrapper(torch.nn.init.normal_, std=self.proxy_std)}
+        self.loss = pml_losses.ProxyNCALoss(num_classes, embedding_size, softmax_scale=self.softmax_scale, **init)
 
     def extra_repr(self) -> str:
-        return f"num_classes={self.num_classes}, embedding_size={self.embedding_size}, softmax_scale={self.softmax_scale}"
+        scale = f"softmax_scale={self.softmax_scale}" if self.temperature is None else f"temperature={self.temperature}"
+        return f"num_classes={self.num_classes}, embedding_size={self.embedding_size}, {scale}"
 
     def _loss(self, emb, y, ref, yr, n_self):
         self._check_labels(y, self.num_classes)
         return self.loss(emb, y)
 
 
-@register("proxy_nca_pp")
-class ProxyNCAPP(ProxyNCA):
-    r"""ProxyNCA++ (Teh et al. 2020): ``-log softmax_c(-||x̂ - p̂_c||² / T)[y]``, T = 1/9
+register("proxy_nca", proxy_std=1.0)(ProxyNCA)
+
+
+def _nca_pp(num_classes: int, embedding_size: int, temperature: float = 1.0 / 9.0) -> ProxyNCA:
+    """ProxyNCA with softmax scale 1/``temperature`` and proxies ~ N(0, 1/8²)."""
+    _check_positive("temperature", temperature)
+    loss = ProxyNCA(num_classes, embedding_size, softmax_scale=1.0 / float(temperature), proxy_std=1.0 / 8.0)
+    loss.temperature = float(temperature)
+    return loss
+
+
+ProxyNCAPP = register("proxy_nca_pp", compose("ProxyNCAPP", __name__, lambda v: _nca_pp(**v), _nca_pp, doc=r"""ProxyNCA++ (Teh et al. 2020): ``-log softmax_c(-||x̂ - p̂_c||² / T)[y]``, T = 1/9
     (``temperature``), as PML ``ProxyNCALoss(softmax_scale=1/T)`` — identical to SupRank's
     ``ProxyNCAppLoss`` (scale 3 on both x̂ and p̂ = softmax scale 9 on the squared
     distance; no label smoothing; checked in a test). Proxies are initialised
@@ -567,18 +577,7 @@ class ProxyNCAPP(ProxyNCA):
     The other "++" ingredients are recipe items outside the loss: fast proxies = a
     larger learning rate for the proxies (the trainer's ``lr_loss``; SupRank
     ``proxy_nca_pp.yaml`` uses the head optimizer), max+avg pooling and layer norm
-    (model options)."""
-
-    def __init__(self, num_classes: int, embedding_size: int, temperature: float = 1.0 / 9.0):
-        _check_positive("temperature", temperature)
-        super().__init__(num_classes, embedding_size, softmax_scale=1.0 / float(temperature))
-        self.temperature = float(temperature)
-
-    def _init_kwargs(self):
-        return {"weight_init_func": pml_cf.TorchInitWrapper(torch.nn.init.normal_, std=1.0 / 8.0)}
-
-    def extra_repr(self) -> str:
-        return f"num_classes={self.num_classes}, embedding_size={self.embedding_size}, temperature={self.temperature}"
+    (model options)."""))
 
 
 @register("normalized_softmax")

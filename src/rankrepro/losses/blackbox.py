@@ -1,9 +1,18 @@
 """Blackbox differentiation of ranking (RaMBO, Rolinek et al., CVPR 2020) and its losses.
 
-* :class:`BlackboxRank` — exact ranks forward, blackbox interpolation backward.
-* ``rambo_recall`` — RaMBO's recall loss (eqs. 16-20), ``weight_fn`` "log" / "loglog".
-* ``rambo_map`` — RaMBO's AP / mAP loss (eqs. 21-23; official ``MapLoss``) for retrieval.
-* ``blackbox_ap`` — BlackBox-AP as used in SupRank's Table I (SupRank ``BlackBoxAPLoss``).
+* :class:`BlackboxRank` — exact ranks forward, blackbox interpolation backward; the rank
+  core's :class:`~rankrepro.losses.rank.BlackboxStep` (both live in :mod:`rankrepro.losses.rank`).
+* ``rambo_recall`` — RaMBO's recall loss (eqs. 16-20), ``weight_fn`` "log" / "loglog":
+  w(rank - rank+) over the core's blackbox ranks.
+* ``rambo_map`` — RaMBO's AP / mAP loss (eqs. 21-23; official ``MapLoss``) for retrieval: the
+  core's AP head (:func:`~rankrepro.losses.rank.ap_head`) over blackbox ranks.
+* ``blackbox_ap`` — BlackBox-AP as used in SupRank's Table I (SupRank ``BlackBoxAPLoss``): a
+  registration of ``rambo_map`` (no L_APC term, SupRank's defaults).
+
+The retrieval lists come from :func:`rankrepro.losses.inputs.retrieval_lists` (the query's
+own entry given by ``self_index``); the lists are then the rows without the own entry when
+it is left out (``include_query=False``), so that the blackbox ranks are normalised by the
+list's length as in the official code.
 """
 
 from __future__ import annotations

@@ -19,11 +19,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .baselines import NormalizedSoftmax, ProxyNCAPP, Triplet
+from .baselines import Triplet
 from .inputs import hierarchical_labels
-from .registry import register
+from .registry import LOSSES, compose, register
 
-__all__ = ["SumTripletSH", "SumNSM", "SumNCAPP"]
+__all__ = ["SumTripletSH", "ProxyLevelSum", "SumNSM", "SumNCAPP"]
 
 
 def _check_reduction(reduction):
@@ -89,11 +89,16 @@ class SumTripletSH(_LevelSum):
         return self._reduce(values)
 
 
-class _ProxyLevelSum(_LevelSum):
-    uses_ref_set = False
-    make = None  # per-level loss factory (num_classes, embedding_size, **kw)
+class ProxyLevelSum(_LevelSum):
+    r"""Σ of a proxy loss: ``proxy_loss`` (a registered loss name taking ``num_classes``,
+    ``embedding_size`` and ``temperature``) with its own C_l proxies at every level, averaged
+    (``reduction="mean"``) or summed over the levels. Registered with ``proxy_loss`` fixed:
+    ``sum_nsm``, ``sum_nca_pp``."""
 
-    def __init__(self, num_classes_per_level, embedding_size, levels, reduction, **kw):
+    uses_ref_set = False
+
+    def __init__(self, num_classes_per_level: list[int], embedding_size: int, proxy_loss: str = "normalized_softmax",
+                 temperature: float = 0.05, levels: list[int] | None = None, reduction: str = "mean"):
         super().__init__()
         counts = list(num_classes_per_level) if isinstance(num_classes_per_level, (list, tuple)) else None
         if not counts or not all(isinstance(c, int) and c >= 1 for c in counts):
@@ -102,16 +107,18 @@ class _ProxyLevelSum(_LevelSum):
         _check_reduction(reduction)
         self.levels = _check_levels(levels, len(counts)) or list(range(len(counts)))
         self.num_classes_per_level, self.embedding_size = counts, embedding_size
-        self.reduction = reduction
-        self.per_level = nn.ModuleDict({str(lvl): self.make(counts[lvl], embedding_size, **kw)
-                                        for lvl in self.levels})
+        self.proxy_loss, self.reduction = proxy_loss, reduction
+        self.per_level = nn.ModuleDict({
+            str(lvl): LOSSES.build(proxy_loss, context={"num_classes": counts[lvl], "embedding_size": embedding_size},
+                                   temperature=temperature)
+            for lvl in self.levels})
 
     def extra_repr(self) -> str:
-        return (f"num_classes_per_level={self.num_classes_per_level}, levels={self.levels}, "
-                f"reduction={self.reduction!r}")
+        return (f"proxy_loss={self.proxy_loss!r}, num_classes_per_level={self.num_classes_per_level}, "
+                f"levels={self.levels}, reduction={self.reduction!r}")
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None):
-        labels = hierarchical_labels(labels, max(self.levels) + 1, type(self).__name__)
+        labels = hierarchical_labels(labels, max(self.levels) + 1, f"the level sum of {self.proxy_loss}")
         values = []
         for lvl in self.levels:
             try:
@@ -121,27 +128,15 @@ class _ProxyLevelSum(_LevelSum):
         return self._reduce(values)
 
 
-@register("sum_nsm")
-class SumNSM(_ProxyLevelSum):
-    r"""ΣNSM: :class:`~rankrepro.losses.baselines.NormalizedSoftmax` (η = ``temperature`` =
+def _level_sum(name, proxy_loss, doc, **defaults):
+    return compose(name, __name__, lambda v: ProxyLevelSum(**v), ProxyLevelSum, fixed={"proxy_loss": proxy_loss},
+                   doc=doc, **defaults)
+
+
+SumNSM = register("sum_nsm", _level_sum("SumNSM", "normalized_softmax", r"""ΣNSM: :class:`~rankrepro.losses.baselines.NormalizedSoftmax` (η = ``temperature`` =
     0.05) with its own C_l proxies at every level, averaged over the levels
-    (``norm_softmax_sop_double.yaml`` etc.; proxies Adam lr 10 there → ``lr_loss``)."""
+    (``norm_softmax_sop_double.yaml`` etc.; proxies Adam lr 10 there → ``lr_loss``).""", temperature=0.05))
 
-    make = NormalizedSoftmax
-
-    def __init__(self, num_classes_per_level: list[int], embedding_size: int, temperature: float = 0.05,
-                 levels: list[int] | None = None, reduction: str = "mean"):
-        super().__init__(num_classes_per_level, embedding_size, levels, reduction, temperature=temperature)
-
-
-@register("sum_nca_pp")
-class SumNCAPP(_ProxyLevelSum):
-    r"""ΣNCA++: :class:`~rankrepro.losses.baselines.ProxyNCAPP` (T = ``temperature`` = 1/9)
+SumNCAPP = register("sum_nca_pp", _level_sum("SumNCAPP", "proxy_nca_pp", r"""ΣNCA++: :class:`~rankrepro.losses.baselines.ProxyNCAPP` (T = ``temperature`` = 1/9)
     with its own C_l proxies at every level, averaged over the levels (no official config
-    ships it; built like the other Σ baselines)."""
-
-    make = ProxyNCAPP
-
-    def __init__(self, num_classes_per_level: list[int], embedding_size: int, temperature: float = 1.0 / 9.0,
-                 levels: list[int] | None = None, reduction: str = "mean"):
-        super().__init__(num_classes_per_level, embedding_size, levels, reduction, temperature=temperature)
+    ships it; built like the other Σ baselines).""", temperature=1.0 / 9.0))

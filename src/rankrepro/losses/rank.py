@@ -32,6 +32,15 @@ hierarchical relevances it is the H-rank+ of eq. 18). The step surrogate is plug
   bound of the exact one. ``start=0`` (the iNat configs) breaks this on (0, delta].
   The official code clamps t / tau to [-50, 50] inside the sigmoid; this only changes
   values below e^-50 and is not reproduced.
+* :class:`BlackboxStep` -- RaMBO's blackbox interpolation: exact ranks by sorting whole
+  rows, gradient by :class:`BlackboxRank` (BlackBox-AP, RaMBO's recall and mAP).
+
+The heads: :func:`ap_head` (AP / H-AP: Smooth-AP, Sup-AP, BlackBox-AP, RaMBO's mAP, H-AP),
+:func:`recall_head`, :func:`ndcg_head`, and PNP's f(rank^-) (``count_mask="irrelevant"``:
+rank(i) - 1 = the smoothed number of negatives before i). :class:`RankingLoss` is the
+shared module: the retrieval lists (:func:`rankrepro.losses.inputs.retrieval_lists`,
+the query's own entry given by ``self_index``), the levels, the kept queries, then a head;
+:func:`stepped` registers a head with a step under flat JSON keywords.
 
 Memory: only relevant items need a rank, so each query's relevant items are gathered
 (:func:`gather_relevant`, padded to the largest count P) and a [b, P, N] difference tensor
@@ -102,21 +111,11 @@ def heaviside(t: torch.Tensor) -> torch.Tensor:
     return (t >= 0).to(t.dtype)
 
 
-def sup_heaviside(
-    t: torch.Tensor,
-    tau: float = 0.01,
-    rho: float = 100.0,
-    delta: float = 0.05,
-    start: float = 0.5,
-    offset: float | None = None,
-    step_fix: str = "post_pr13",
-) -> torch.Tensor:
-    """SupRank's H^-(t) (eq. 4; see the module docstring for the branches)."""
-    if offset is None:
-        offset = 1.0 / (1.0 + math.exp(-delta / tau)) + start
-    sig = torch.sigmoid(t / tau)
-    lin = rho * ((t - delta) if step_fix == "post_pr13" else t) + offset
-    return torch.where(t <= 0, sig, torch.where(t <= delta, sig + start, lin))
+def sup_heaviside(t: torch.Tensor, **params) -> torch.Tensor:
+    """SupRank's H^-(t) (eq. 4; see the module docstring for the branches); ``params`` are
+    :class:`SupRankStep`'s (``tau``, ``rho``, ``delta``, ``start``, ``offset`` = None:
+    sigma(delta / tau) + start, ``step_fix``)."""
+    return SupRankStep(**params).h_minus(t)
 
 
 class Step:
@@ -258,9 +257,17 @@ class SupRankStep(Step):
         self.offset = None if offset is None else float(offset)
         self.step_fix = step_fix
 
+    def h_minus(self, t: torch.Tensor) -> torch.Tensor:
+        """H^-(t) on every entry (eq. 4)."""
+        offset = self.offset
+        if offset is None:
+            offset = 1.0 / (1.0 + math.exp(-self.delta / self.tau)) + self.start
+        sig = torch.sigmoid(t / self.tau)
+        lin = self.rho * ((t - self.delta) if self.step_fix == "post_pr13" else t) + offset
+        return torch.where(t <= 0, sig, torch.where(t <= self.delta, sig + self.start, lin))
+
     def value(self, t, lower):
-        hm = sup_heaviside(t, self.tau, self.rho, self.delta, self.start, self.offset, self.step_fix)
-        return torch.where(lower, hm, heaviside(t))
+        return torch.where(lower, self.h_minus(t), heaviside(t))
 
     def deriv(self, t, lower):
         d = torch.where(t > self.delta, torch.full_like(t, self.rho), _dsigmoid(t, self.tau))
