@@ -113,7 +113,12 @@ def cmd_catalog(args) -> None:
 def cmd_track(args) -> None:
     from rankrepro.tracking import import_runs
 
-    imported = import_runs(args.runs, args.tables, args.tracking_uri, args.experiment, args.out,
+    runs, tables = list(args.runs), list(args.tables)
+    if args.plan:  # every run and table of the plan
+        plan = _json(args.plan)
+        runs += [str(Path(args.runs_dir) / rid) for rid in plan["runs"]]
+        tables += [str(Path(args.tables_dir) / key) for key in plan["tables"]]
+    imported = import_runs(runs, tables, args.tracking_uri, args.experiment, args.out,
                            artifact_root=args.artifact_root)
     print(f"imported {len(imported)} runs/tables into {args.tracking_uri}")
 
@@ -188,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_catalog)
 
     p = sub.add_parser("track", help="import finished runs and tables into MLflow")
+    p.add_argument("--plan", help="results/plan/plan.json: import its runs and tables")
+    p.add_argument("--runs-dir", default="results/runs", help="where the plan's runs are (with --plan)")
+    p.add_argument("--tables-dir", default="results/tables", help="where the plan's tables are (with --plan)")
     p.add_argument("--runs", nargs="*", default=[], help="run directories")
     p.add_argument("--tables", nargs="*", default=[], help="table path prefixes (without suffix)")
     p.add_argument("--tracking-uri", required=True)

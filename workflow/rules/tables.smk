@@ -1,4 +1,5 @@
-# Paper tables (paper number beside ours) from the plan, and the single-writer MLflow import.
+# Paper tables (paper number beside ours) from the plan, and the single-writer MLflow import of
+# every run and table of the plan.
 
 
 rule table:
@@ -23,12 +24,11 @@ rule table:
 
 rule track:
     input:
-        track_inputs(),
+        plan=PLAN_FILE,
+        finished=track_inputs(),
     output:
         "results/mlflow/imported.json",
     params:
-        runs=[f"results/runs/{rid}" for rid in RUNS],
-        tables=[f"results/tables/{key}" for key in PLAN["tables"]],
         uri=TRACKING["tracking_uri"],
         experiment=TRACKING["experiment"],
         artifact_root=TRACKING["artifact_root"],
@@ -38,5 +38,5 @@ rule track:
         "../../envs/train.yaml"
     localrule: True
     shell:
-        "python -m rankrepro track --runs {params.runs:q} --tables {params.tables:q} --tracking-uri {params.uri:q}"
+        "python -m rankrepro track --plan {input.plan:q} --tracking-uri {params.uri:q}"
         " --experiment {params.experiment:q} --artifact-root {params.artifact_root:q} --out {output:q} > {log:q} 2>&1"
