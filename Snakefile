@@ -14,10 +14,12 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/synthetic.smk"
 
 
 rule all:
     input:
         table_outputs(),
+        synthetic_outputs(),
         "results/mlflow/imported.json",
     default_target: True

@@ -35,6 +35,7 @@ REGISTRIES = {
     "pooling": "rankrepro.models.pooling:POOLINGS",
     "sampler": "rankrepro.data.samplers:SAMPLERS",
     "schedule": "rankrepro.engine.optim:SCHEDULES",
+    "synthetic": "rankrepro.synthetic:SYNTHETIC",
 }
 
 

@@ -90,11 +90,19 @@ def cmd_plan(args) -> None:
     config = yaml.safe_load(Path(args.config).read_text())
     try:
         plan = make_plan(config.get("tables", {}), config.get("run_overrides") or {}, config.get("datasets") or {},
-                         specs_dir=config.get("specs_dir"), setups_dir=config.get("setups_dir"))
+                         specs_dir=config.get("specs_dir"), setups_dir=config.get("setups_dir"),
+                         synthetic=config.get("synthetic"))
     except PlanError as err:
         sys.exit(f"invalid plan: {err}")
     path = write_plan(plan, args.out)
     print(f"{len(plan['runs'])} runs, {len(plan['tables'])} tables -> {path}")
+
+
+def cmd_synthetic(args) -> None:
+    from rankrepro.synthetic import run
+
+    record = run(args.name, args.out_prefix, scale=args.scale, seed=args.seed)
+    print(Path(args.out_prefix).with_suffix(".md").read_text() if record else "")
 
 
 def cmd_catalog(args) -> None:
@@ -187,6 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="config.yaml")
     p.add_argument("--out", default="results/plan")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("synthetic", help="compute a result that needs no image dataset (toy figure, timing table)")
+    p.add_argument("name", help="a registered result (rankrepro.synthetic)")
+    p.add_argument("--out-prefix", required=True, help="writes <prefix>.md, .json (and .png for figures)")
+    p.add_argument("--scale", default="paper", choices=["paper", "demo"])
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_synthetic)
 
     p = sub.add_parser("catalog", help="rewrite src/rankrepro/catalog.json from the registries (or --check it)")
     p.add_argument("--check", action="store_true", help="fail when the catalog does not match the code")

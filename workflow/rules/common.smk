@@ -11,7 +11,7 @@ from rankrepro.experiments.plan import PlanError, make_plan, write_plan
 validate(config, schema="../schemas/config.schema.yaml")
 try:
     PLAN = make_plan(config["tables"], config["run_overrides"], config["datasets"],
-                     specs_dir=config["specs_dir"], setups_dir=config["setups_dir"])
+                     specs_dir=config["specs_dir"], setups_dir=config["setups_dir"], synthetic=config["synthetic"])
 except PlanError as err:
     raise WorkflowError(f"invalid plan: {err}") from None
 
@@ -117,6 +117,10 @@ def table_metrics(wildcards):
 
 def table_outputs():
     return [f"results/tables/{key}.{ext}" for key in PLAN["tables"] for ext in ("md", "csv", "tex")]
+
+
+def synthetic_outputs():
+    return [f"results/synthetic/{name}.{ext}" for name in PLAN["synthetic"]["names"] for ext in ("md", "json")]
 
 
 def track_inputs():

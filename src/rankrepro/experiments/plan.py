@@ -481,11 +481,13 @@ def resolve_run(setup: str, loss: dict, overrides: dict | None = None, **planner
 
 
 def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datasets_config: dict | None = None,
-              *, specs_dir: str | Path | None = None, setups_dir: str | Path | None = None, **planner_kw) -> dict:
+              *, specs_dir: str | Path | None = None, setups_dir: str | Path | None = None,
+              synthetic: dict | None = None, **planner_kw) -> dict:
     """The plan of the config's ``tables`` ({paper: [table, ...]}), ``run_overrides`` and ``datasets``.
 
     ``{"runs": {id: run}, "tables": {"paper/table": {"paper", "table", "spec", "cells"}},
-    "datasets": {name: {"facts": ..., "config": ...}}}``."""
+    "datasets": {name: {"facts": ..., "config": ...}}, "synthetic": {"names", "scale", "seed"}}``
+    (``synthetic``: the config's results that need no dataset, :mod:`rankrepro.synthetic`)."""
     if setups_dir is not None and "setups" not in planner_kw:
         planner_kw["setups"] = load_setups(setups_dir, planner_kw.get("schemas"))
     planner = Planner(overrides, **planner_kw)
@@ -509,7 +511,12 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
     used = sorted({run["dataset"] for run in runs.values()} | set(datasets_config))
     datasets = {name: {"facts": planner.catalog["dataset"][name]["facts"],
                        "config": {**default_cfg, **(datasets_config.get(name) or {})}} for name in used}
-    return {"runs": dict(sorted(runs.items())), "tables": tables_out, "datasets": datasets}
+    synthetic = {"names": [], "scale": "paper", "seed": 0, **(synthetic or {})}
+    for name in synthetic["names"]:
+        if name not in planner.catalog["synthetic"]:
+            raise PlanError(f"config synthetic.names: unknown result {name!r}; registered: "
+                            f"{', '.join(sorted(planner.catalog['synthetic']))}")
+    return {"runs": dict(sorted(runs.items())), "tables": tables_out, "datasets": datasets, "synthetic": synthetic}
 
 
 def _write_if_changed(path: Path, text: str) -> None:

@@ -1,0 +1,24 @@
+# Results that need no image dataset (toy figures, timing tables), paper beside ours:
+# results/synthetic/<name>.{md,json} (and .png for a figure). Timing results take every
+# core they are given, so the rule asks for all of them and runs alone.
+
+
+rule synthetic:
+    output:
+        md="results/synthetic/{name}.md",
+        json="results/synthetic/{name}.json",
+    params:
+        prefix=lambda wildcards, output: output.md.removesuffix(".md"),
+        scale=PLAN["synthetic"]["scale"],
+        seed=PLAN["synthetic"]["seed"],
+    log:
+        "results/logs/synthetic/{name}.log",
+    conda:
+        "../../envs/train.yaml"
+    threads: workflow.cores
+    resources:
+        mem_mb=16000,
+        runtime=2 * 60,
+    shell:
+        "python -m rankrepro synthetic {wildcards.name:q} --out-prefix {params.prefix:q} --scale {params.scale:q}"
+        " --seed {params.seed:q} > {log:q} 2>&1"
