@@ -247,3 +247,10 @@ def test_the_planner_and_the_dry_run_import_no_torch(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "train" in dry.stdout
+
+
+def test_synthetic_results_are_checked_and_planned():
+    plan = make_plan(TABLE1, synthetic={"names": sorted(catalog.load()["synthetic"]), "scale": "demo"})
+    assert plan["synthetic"]["scale"] == "demo" and plan["synthetic"]["seed"] == 0
+    with pytest.raises(PlanError, match=r"config synthetic.names: unknown result 'pnp_fig66'; registered: "):
+        make_plan(TABLE1, synthetic={"names": ["pnp_fig66"]})
