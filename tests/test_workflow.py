@@ -45,6 +45,7 @@ def test_full_config_dry_run_lists_the_sop_chain(tmp_path):
     jobs = _jobs(result.stdout)
     for rule in ("download", "prepare", "run_config", "train", "evaluate", "table", "track"):
         assert jobs.get(rule, 0) >= 1, (rule, jobs)
+    assert jobs.get("synthetic") == 5, jobs  # the results that need no dataset
     assert "replica" not in jobs
     assert "drive.usercontent.google.com" not in result.stdout  # the official URL lives in the dataset code
 
@@ -123,6 +124,9 @@ def test_demo_profile_end_to_end(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for ext in ("md", "csv", "tex"):
         assert (wf / "results" / "tables" / "suprank" / f"table1.{ext}").exists()
+    for name in ("pnp_fig6", "rambo_fig2", "rambo_table6", "smooth_ap_table_s1", "suprank_fig10_11"):
+        record = json.loads((wf / "results" / "synthetic" / f"{name}.json").read_text())
+        assert record["scale"] == "demo" and (wf / "results" / "synthetic" / f"{name}.md").exists(), name
     table = (wf / "results" / "tables" / "suprank" / "table1.md").read_text()
     assert "Replica data" in table and "| Smooth-AP [27] | 80.9 |" in table
     run_dirs = sorted((wf / "results" / "runs").iterdir())

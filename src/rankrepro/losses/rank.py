@@ -344,7 +344,13 @@ class BlackboxStep(Step):
         """(rank [Q, n], rank+ [Q, n]) of every item; rank+ = 1 + relevant items ranked before (exact)."""
         rank = BlackboxRank.apply(scores, self.lambda_val, False)
         with torch.no_grad():
-            order = torch.argsort(rank, dim=1)
+            n = rank.shape[1]
+            if n <= 1 << 24 and rank.dtype in (torch.float32, torch.float64):  # ranks exact in float32:
+                # the permutation's inverse by one scatter, O(n) (a third sort took 25% of the time at 1M)
+                r = rank.round().long() - 1
+                order = torch.empty_like(r).scatter_(1, r, torch.arange(n, device=r.device).expand_as(r))
+            else:  # float ranks beyond 2^24 are not all distinct: sort them
+                order = torch.argsort(rank, dim=1, stable=True)
             cum = torch.cumsum(relevant.gather(1, order).to(scores.dtype), dim=1)
             rank_plus = torch.empty_like(cum).scatter_(1, order, cum)
         return rank, rank_plus
