@@ -85,13 +85,11 @@ def cmd_table(args) -> None:
 def cmd_plan(args) -> None:
     import yaml
 
-    from rankrepro.experiments.plan import PlanError, make_plan, write_plan
+    from rankrepro.experiments.plan import PlanError, plan_from_config, write_plan
 
     config = yaml.safe_load(Path(args.config).read_text())
     try:
-        plan = make_plan(config.get("tables", {}), config.get("run_overrides") or {}, config.get("datasets") or {},
-                         specs_dir=config.get("specs_dir"), setups_dir=config.get("setups_dir"),
-                         synthetic=config.get("synthetic"))
+        plan = plan_from_config(config)
     except PlanError as err:
         sys.exit(f"invalid plan: {err}")
     path = write_plan(plan, args.out)

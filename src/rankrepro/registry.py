@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Registry", "Entry", "Parameter", "UnknownNameError", "ParameterError", "json_types",
+__all__ = ["Registry", "Entry", "Parameter", "signature_parameters", "UnknownNameError", "ParameterError", "json_types",
            "check_json_type", "check_parameters"]
 
 
@@ -106,6 +106,13 @@ class Parameter:
         return out
 
 
+def signature_parameters(builder: Callable) -> list[inspect.Parameter]:
+    """The parameters a builder is called with: a class's ``__init__`` without ``self``, or a function's."""
+    fn = builder.__init__ if isinstance(builder, type) else builder
+    params = list(inspect.signature(fn).parameters.values())
+    return params[1:] if isinstance(builder, type) else params
+
+
 @dataclass(frozen=True)
 class Entry:
     """A registered builder with its fixed keywords."""
@@ -122,9 +129,7 @@ class Entry:
         return f"{self.builder.__module__}:{self.builder.__qualname__}"
 
     def signature_parameters(self) -> list[inspect.Parameter]:
-        fn = self.builder.__init__ if isinstance(self.builder, type) else self.builder
-        params = list(inspect.signature(fn).parameters.values())
-        return params[1:] if isinstance(self.builder, type) else params
+        return signature_parameters(self.builder)
 
     @property
     def accepts_any(self) -> bool:

@@ -6,12 +6,11 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from rankrepro.experiments.plan import PlanError, make_plan, write_plan
+from rankrepro.experiments.plan import PlanError, plan_from_config, write_plan
 
 validate(config, schema="../schemas/config.schema.yaml")
 try:
-    PLAN = make_plan(config["tables"], config["run_overrides"], config["datasets"],
-                     specs_dir=config["specs_dir"], setups_dir=config["setups_dir"], synthetic=config["synthetic"])
+    PLAN = plan_from_config(config)
 except PlanError as err:
     raise WorkflowError(f"invalid plan: {err}") from None
 

@@ -82,7 +82,7 @@ def _jobs(stdout: str) -> int:
 
 
 def run(out_dir="results/bench", repeats: int = 3, tables: int = 33, runs: int = 250) -> list[dict]:
-    from rankrepro.experiments.plan import make_plan, write_plan
+    from rankrepro.experiments.plan import plan_from_config, write_plan
     from rankrepro.io import atomic_write_text
 
     rows = []
@@ -95,8 +95,7 @@ def run(out_dir="results/bench", repeats: int = 3, tables: int = 33, runs: int =
         for label, extra, cfg in (("config.yaml", [], config), ("config.yaml + generated", ["--configfile", "gen.yaml"],
                                                                merged)):
             t0 = time.perf_counter()
-            plan = make_plan(cfg["tables"], cfg.get("run_overrides") or {}, cfg.get("datasets") or {},
-                             specs_dir=cfg.get("specs_dir"), setups_dir=cfg.get("setups_dir"))
+            plan = plan_from_config(cfg)
             write_plan(plan, Path(tmp) / "plan-probe")
             planner_s = time.perf_counter() - t0
             times, jobs = [], 0

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from rankrepro import losses
 from rankrepro.catalog import check_run
+from rankrepro.losses.registry import data_context
 from rankrepro.data.images import ImageDataset
 from rankrepro.data.manifest import read_manifest
 from rankrepro.data.samplers import build_sampler
@@ -52,10 +53,7 @@ def build_loss(block: dict, labels: np.ndarray, embed_dim: int):
     """The run's loss (``{"name", "memory", **hyper-parameters}``, every one pinned by the plan), given
     the training set's sizes as context when its signature asks for them: ``num_classes`` (finest
     level), ``num_classes_per_level`` (finest first) and ``embedding_size`` (proxy-based losses)."""
-    sizes = {"num_classes": int(labels[:, 0].max()) + 1,
-             "num_classes_per_level": [int(c) + 1 for c in labels.max(axis=0)],
-             "embedding_size": embed_dim}
-    return losses.build(**block, context=sizes)
+    return losses.build(**block, context=data_context(labels.max(axis=0) + 1, embed_dim))
 
 
 def _lr(optimizer, name: str) -> float:

@@ -41,8 +41,8 @@ import yaml
 from rankrepro import catalog as catalog_mod
 from rankrepro.registry import ParameterError, check_parameters
 
-__all__ = ["PlanError", "SCHEMA_DIR", "load_setups", "load_spec", "spec_names", "resolve", "resolve_run",
-           "run_id", "plan_table", "make_plan", "write_plan", "deep_merge", "canonical_json"]
+__all__ = ["PlanError", "Planner", "SCHEMA_DIR", "load_setups", "load_spec", "spec_names", "resolve_run",
+           "run_id", "make_plan", "plan_from_config", "write_plan", "deep_merge", "canonical_json"]
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "workflow" / "schemas"
 SETUPS_DIR = Path(__file__).resolve().parent / "setups"
@@ -168,7 +168,8 @@ def _replaces(old, new) -> bool:
 
 
 def _merge(layers: list[tuple[str, dict]]) -> tuple[dict, dict]:
-    """Merge ``(label, partial run)`` layers; return the run and ``{path: label}`` of every value set."""
+    """Merge ``(label, partial run)`` layers; return the run and ``{path: label}`` of every value set
+    (a value inside a block set whole has the block's origin: see :func:`_origin`)."""
     out: dict = {}
     origins: dict = {}
 
@@ -181,15 +182,7 @@ def _merge(layers: list[tuple[str, dict]]) -> tuple[dict, dict]:
             for p in [p for p in origins if p[:len(path)] == path]:
                 del origins[p]
             target[key] = copy.deepcopy(value)
-            origins[path] = label
-            if isinstance(value, dict):
-                _mark(value, label, path)
-
-    def _mark(data: dict, label: str, prefix: tuple):
-        for key, value in data.items():
-            origins[(*prefix, key)] = label
-            if isinstance(value, dict):
-                _mark(value, label, (*prefix, key))
+            origins[path] = label  # and, through _origin, everything below it
 
     for label, data in layers:
         put(out, data or {}, label, ())
@@ -517,6 +510,13 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
             raise PlanError(f"config synthetic.names: unknown result {name!r}; registered: "
                             f"{', '.join(sorted(planner.catalog['synthetic']))}")
     return {"runs": dict(sorted(runs.items())), "tables": tables_out, "datasets": datasets, "synthetic": synthetic}
+
+
+def plan_from_config(config: dict) -> dict:
+    """:func:`make_plan` of a configuration (``config.yaml`` with its profile and ``--config`` merged in)."""
+    return make_plan(config.get("tables") or {}, config.get("run_overrides") or {}, config.get("datasets") or {},
+                     specs_dir=config.get("specs_dir"), setups_dir=config.get("setups_dir"),
+                     synthetic=config.get("synthetic"))
 
 
 def _write_if_changed(path: Path, text: str) -> None:

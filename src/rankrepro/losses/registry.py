@@ -18,7 +18,7 @@ import inspect
 
 import torch
 
-from rankrepro.registry import ParameterError, Registry
+from rankrepro.registry import ParameterError, Registry, signature_parameters
 
 __all__ = ["LOSSES", "CONTEXT", "register", "build", "names", "get", "defaults", "accepted_hparams",
            "HyperParameterError", "compose", "pick",
@@ -93,10 +93,9 @@ def build(name: str, memory: dict | None = None, context: dict | None = None, **
         raise HyperParameterError(f"loss {name!r} takes no parameter {', '.join(map(repr, na))} (it belongs to "
                                   f"another variant); allowed: {', '.join(entry.parameters()) or '(none)'}")
     try:
-        entry.check(hparams)
+        loss = entry.build(context=context, **hparams)  # checks the hyper-parameters first
     except ParameterError as err:
         raise HyperParameterError(str(err)) from None
-    loss = entry.build(context=context, **hparams)
     if memory is not None:
         from .memory import MemoryLoss
 
@@ -105,10 +104,7 @@ def build(name: str, memory: dict | None = None, context: dict | None = None, **
 
 
 def _keyword_parameters(fn) -> list[inspect.Parameter]:
-    params = list(inspect.signature(fn.__init__ if isinstance(fn, type) else fn).parameters.values())
-    if isinstance(fn, type):
-        params = params[1:]
-    return [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "step"]
+    return [p for p in signature_parameters(fn) if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "step"]
 
 
 def compose(name: str, module: str, make, *parts, doc: str | None = None, fixed: dict | None = None,
