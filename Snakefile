@@ -19,6 +19,7 @@ include: "workflow/rules/synthetic.smk"
 
 rule all:
     input:
+        manifest_outputs(),
         table_outputs(),
         synthetic_outputs(),
         "results/mlflow/imported.json",

@@ -7,9 +7,10 @@ import os
 
 import pytest
 
+from datautil import replica_archive
 from rankrepro.cli import main
 from rankrepro.data import datasets, sources
-from rankrepro.data.datasets.base import Dataset
+from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.sources import ChecksumError, ManualDownloadRequired
 
 SOP = datasets.load("sop")
@@ -18,7 +19,7 @@ SOP = datasets.load("sop")
 @pytest.fixture(scope="module")
 def replica(tmp_path_factory):
     archive = tmp_path_factory.mktemp("replica") / "Stanford_Online_Products.zip"
-    return archive, SOP.make_replica(archive, classes_per_super=1, images_per_class=(2, 2), image_size=8)
+    return archive, replica_archive("sop", archive, classes_per_super=1, images_per_class=(2, 2), image_size=8)
 
 
 @pytest.fixture
@@ -26,7 +27,8 @@ def downloaded(replica, tmp_path):
     """(data_root, archive) after a download of the replica through file://."""
     archive, checksum = replica
     data_root = tmp_path / "data"
-    return data_root, SOP.download(data_root, url=archive.as_uri(), checksum=checksum)
+    record = SOP.download(data_root, url=archive.as_uri(), checksum=checksum)
+    return data_root, record.with_name("Stanford_Online_Products.zip")
 
 
 def sidecar(path):
@@ -57,7 +59,7 @@ def test_untouched_archive_is_not_hashed_again(replica, downloaded, tmp_path, mo
     archive, checksum = replica
     data_root, path = downloaded
     hashed = count_hashing(monkeypatch)
-    assert SOP.download(data_root, url=archive.as_uri(), checksum=checksum) == path
+    assert SOP.download(data_root, url=archive.as_uri(), checksum=checksum) == path.with_name("download.json")
     manifest = SOP.prepare(path, tmp_path / "m1", data_root=data_root, replica=True)
     SOP.prepare(path, tmp_path / "m2", data_root=data_root, replica=True)
     assert hashed == [] and len(manifest.table) > 0
@@ -95,7 +97,7 @@ def test_archive_without_sidecar_is_checked_against_the_dataset_checksum(replica
     archive, _ = replica
     copy = tmp_path / "Stanford_Online_Products.zip"
     copy.write_bytes(archive.read_bytes())  # no .verified, no .sha256 beside it: SOP's published md5
-    with pytest.raises(ChecksumError, match=SOP.checksum):
+    with pytest.raises(ChecksumError, match=SOP.source_files()[0].checksum):
         SOP.prepare(copy, tmp_path / "m", data_root=tmp_path / "data", replica=True)
     # a generated replica states its checksum beside it
     manifest = SOP.prepare(archive, tmp_path / "m", data_root=tmp_path / "data", replica=True)
@@ -105,8 +107,8 @@ def test_archive_without_sidecar_is_checked_against_the_dataset_checksum(replica
 def test_changed_archive_is_extracted_anew(tmp_path):
     """An archive with another checksum (a new download, a regenerated replica) replaces the old extraction."""
     one, two = tmp_path / "one" / "a.zip", tmp_path / "two" / "a.zip"
-    SOP.make_replica(one, classes_per_super=1, images_per_class=(2, 2), image_size=8, seed=1)
-    SOP.make_replica(two, classes_per_super=1, images_per_class=(3, 3), image_size=8, seed=2)
+    replica_archive("sop", one, classes_per_super=1, images_per_class=(2, 2), image_size=8, seed=1)
+    replica_archive("sop", two, classes_per_super=1, images_per_class=(3, 3), image_size=8, seed=2)
     data_root = tmp_path / "data"
     first = SOP.prepare(one, tmp_path / "m1", data_root=data_root, replica=True)
     second = SOP.prepare(two, tmp_path / "m2", data_root=data_root, replica=True)
@@ -115,12 +117,16 @@ def test_changed_archive_is_extracted_anew(tmp_path):
     assert sorted(p.name for p in data_root.iterdir()) == ["sop"]  # no temporary left
 
 
+CHECKSUM = "sha256:" + "ab" * 32
+
+
 class Licensed(Dataset):
     title = "Licensed"
-    archive = "licensed.tar"
-    checksum = "sha256:" + "ab" * 32
+    files = (SourceFile("licensed.tar", checksum=CHECKSUM, size=2_000_000),
+             SourceFile("labels/list.txt", extract=False))
     manual = True
     how_to_get = "sign the licence at https://example.org"
+    top, marker = "Licensed", "list.txt"
 
 
 def test_manual_dataset_says_where_to_put_what(tmp_path):
@@ -129,10 +135,19 @@ def test_manual_dataset_says_where_to_put_what(tmp_path):
     with pytest.raises(ManualDownloadRequired) as err:
         dataset.download(tmp_path)
     message = str(err.value)
-    for part in ("licensed", "https://example.org", str(tmp_path / "downloads" / "licensed" / "licensed.tar"),
-                 Licensed.checksum):
+    folder = tmp_path / "downloads" / "licensed"
+    for part in ("licensed", "https://example.org", str(folder / "licensed.tar"), CHECKSUM, "2,000,000 bytes",
+                 str(folder / "labels" / "list.txt"), "no published checksum",
+                 "datasets.licensed.extracted", "Licensed/list.txt"):
         assert part in message
-    assert dataset.facts()["manual"] is True
+    assert not (folder / "download.json").exists()
+    assert dataset.facts()["manual"] is True and dataset.facts()["files"] == 2
+    # the list arrives; the archive is still missing: only it is named
+    (folder / "labels").mkdir(parents=True)
+    (folder / "labels" / "list.txt").write_text("a 1\n")
+    with pytest.raises(ManualDownloadRequired) as err:
+        dataset.download(tmp_path)
+    assert "licensed.tar" in str(err.value) and "labels/list.txt" not in str(err.value)
 
 
 def test_cli_checksum_mismatch_exits_3_naming_file_url_and_digests(replica, tmp_path, capsys):
@@ -149,11 +164,14 @@ def test_cli_checksum_mismatch_exits_3_naming_file_url_and_digests(replica, tmp_
 
 
 def test_cli_download_and_prepare_exit_codes(replica, http_server, tmp_path, capsys):
-    archive, _ = replica
     data_root = tmp_path / "data"
-    assert main(["download", "sop", "--data-root", str(data_root), "--replica-archive", str(archive)]) == 0
+    assert main(["replica", "sop", "--out-dir", str(tmp_path / "rep")]) == 0
+    archive = tmp_path / "rep" / "Stanford_Online_Products.zip"
+    assert main(["download", "sop", "--data-root", str(data_root), "--replica-dir", str(archive.parent)]) == 0
     path = data_root / "downloads" / "sop" / "Stanford_Online_Products.zip"
     assert sources.is_verified(path, archive.with_name(archive.name + ".sha256").read_text().strip())
+    record = data_root / "downloads" / "sop" / "download.json"
+    assert json.loads(record.read_text())["files"][path.name]["size"] == path.stat().st_size
     path.write_bytes(path.read_bytes()[:-10])
     with pytest.raises(SystemExit) as exit_:
         main(["prepare", "sop", "--source", str(path), "--data-root", str(data_root), "--out", str(tmp_path / "m"),

@@ -8,6 +8,7 @@ from rankrepro.data import datasets
 from rankrepro.data.images import ImageDataset, ImageReadError
 from rankrepro.data.manifest import read_manifest
 from rankrepro.data import transforms
+from datautil import replica_archive
 
 SOP = datasets.load("sop")
 TRANSFORM = transforms.test_transform({"test_resize": [8, 8], "test_crop": 8})
@@ -16,7 +17,7 @@ TRANSFORM = transforms.test_transform({"test_resize": [8, 8], "test_crop": 8})
 @pytest.fixture
 def manifest_dir(tmp_path):
     archive = tmp_path / "replica.zip"
-    SOP.make_replica(archive, classes_per_super=1, images_per_class=(2, 2), image_size=16)
+    replica_archive("sop", archive, classes_per_super=1, images_per_class=(2, 2), image_size=16)
     SOP.prepare(archive, tmp_path / "manifest", data_root=tmp_path / "data", replica=True)
     return tmp_path / "manifest"
 

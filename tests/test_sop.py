@@ -16,6 +16,7 @@ from rankrepro.data import datasets, replicas, sources
 from rankrepro.data.datasets import sop
 from rankrepro.data.manifest import read_manifest
 from rankrepro.registry import UnknownNameError
+from datautil import replica_archive
 
 CLASSES_PER_SUPER = 3
 SOP = datasets.load("sop")
@@ -25,7 +26,7 @@ SOP = datasets.load("sop")
 def replica(tmp_path_factory):
     """(archive path, checksum) of a small SOP replica."""
     archive = tmp_path_factory.mktemp("replica") / "sop_replica.zip"
-    checksum = SOP.make_replica(archive, classes_per_super=CLASSES_PER_SUPER, seed=1)
+    checksum = replica_archive("sop", archive, classes_per_super=CLASSES_PER_SUPER, seed=1)
     return archive, checksum
 
 
@@ -69,9 +70,10 @@ def test_registry():
 def test_facts_are_json_and_need_no_torch():
     facts = datasets.facts()["sop"]
     assert facts == json.loads(json.dumps(facts))
-    assert facts["archive"] == "Stanford_Online_Products.zip" and facts["protocol"] == "same-set"
+    assert facts["source"] == "sop" and facts["files"] == 1 and facts["protocol"] == "same-set"
+    assert [f.name for f in SOP.source_files()] == ["Stanford_Online_Products.zip"]
     assert facts["levels"] == ["class", "super_class"] and facts["manual"] is False
-    assert facts["checksum"] == "md5:7f73d41a2f44250d4779881525aea32e"
+    assert SOP.source_files()[0].checksum == "md5:7f73d41a2f44250d4779881525aea32e"
     code = ("import sys, json; from rankrepro.data import datasets; json.dumps(datasets.facts()); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -81,8 +83,8 @@ def test_replica_is_deterministic_and_in_sop_layout(replica, tmp_path):
     archive, checksum = replica
     assert checksum.startswith("sha256:") and sources.verify(archive, checksum)
     assert archive.with_name(archive.name + ".sha256").read_text().strip() == checksum
-    again = SOP.make_replica(tmp_path / "a.zip", classes_per_super=CLASSES_PER_SUPER, seed=1)
-    other = SOP.make_replica(tmp_path / "b.zip", classes_per_super=CLASSES_PER_SUPER, seed=2)
+    again = replica_archive("sop", tmp_path / "a.zip", classes_per_super=CLASSES_PER_SUPER, seed=1)
+    other = replica_archive("sop", tmp_path / "b.zip", classes_per_super=CLASSES_PER_SUPER, seed=2)
     assert again == checksum != other
     with zipfile.ZipFile(archive) as zf:
         names = set(zf.namelist())
@@ -116,7 +118,8 @@ def test_download_and_prepare_replica(replica, http_server, tmp_path):
     url = http_server.add("/sop.zip", archive.read_bytes())
     data_root = tmp_path / "data"
     path = SOP.download(data_root, url=url, checksum=checksum)
-    assert path == data_root / "downloads" / "sop" / "Stanford_Online_Products.zip"
+    assert path == data_root / "downloads" / "sop" / "download.json"
+    assert (data_root / "downloads" / "sop" / "Stanford_Online_Products.zip").is_file()
     manifest = SOP.prepare(path, tmp_path / "manifest", data_root=data_root, replica=True)
 
     assert manifest.root == (data_root / "sop" / "Stanford_Online_Products").resolve()

@@ -205,7 +205,7 @@ def test_extract_once_with_marker(tmp_path, make):
     archive = make(tmp_path / "a.arc", {"top/x.txt": b"x", "top/sub/y.txt": b"y"})
     out = sources.extract(archive, tmp_path / "out")
     assert (out / "top" / "sub" / "y.txt").read_bytes() == b"y"
-    assert (out / sources.EXTRACTED_MARKER).is_file()
+    assert sources.is_extracted("a.arc", out)
     (out / "top" / "x.txt").write_bytes(b"edited")
     sources.extract(archive, out)  # marker present: skipped
     assert (out / "top" / "x.txt").read_bytes() == b"edited"
@@ -218,13 +218,13 @@ def test_extract_refuses_path_traversal(tmp_path, make, evil):
     archive = make(tmp_path / "a.arc", {"top/ok.txt": b"ok", evil: b"evil"})
     with pytest.raises(ValueError, match="escape"):
         sources.extract(archive, tmp_path / "sub" / "out")
-    assert leftovers(tmp_path) == ["a.arc", "sub"]
-    assert leftovers(tmp_path / "sub") == []
+    assert leftovers(tmp_path) == ["a.arc"]  # refused before anything is written
 
 
 def test_extract_refuses_unmarked_existing_dir(tmp_path):
     archive = make_zip(tmp_path / "a.zip", {"x.txt": b"x"})
     (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "theirs.txt").write_text("someone else's")
     with pytest.raises(FileExistsError, match="out"):
         sources.extract(archive, tmp_path / "out")
 
@@ -232,7 +232,8 @@ def test_extract_refuses_unmarked_existing_dir(tmp_path):
 def test_require_files_lists_every_problem(tmp_path):
     (tmp_path / "good.bin").write_bytes(PAYLOAD)
     (tmp_path / "bad.bin").write_bytes(b"bad")
-    files = {"good.bin": SHA, "bad.bin": MD5, "sub/missing.tar": "sha256:" + "ab" * 32}
+    files = {"good.bin": (SHA, None), "bad.bin": (MD5, 3), "sub/missing.tar": ("sha256:" + "ab" * 32, 123_456),
+             "nochecksum.txt": (None, None)}
     with pytest.raises(ManualDownloadRequired) as err:
         sources.require_files(tmp_path, files, "gldv2", "sign the licence at https://example.org")
     message = str(err.value)
@@ -241,5 +242,7 @@ def test_require_files_lists_every_problem(tmp_path):
     assert f"{tmp_path / 'bad.bin'}" in message and MD5 in message
     assert "md5:" + hashlib.md5(b"bad").hexdigest() in message
     assert f"{tmp_path / 'sub' / 'missing.tar'}" in message and "sha256:" + "ab" * 32 in message
-    del files["bad.bin"], files["sub/missing.tar"]
+    assert "123,456 bytes" in message
+    assert f"{tmp_path / 'nochecksum.txt'}" in message and "no published checksum" in message
+    del files["bad.bin"], files["sub/missing.tar"], files["nochecksum.txt"]
     assert sources.require_files(tmp_path, files, "gldv2", "") == tmp_path

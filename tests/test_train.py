@@ -10,6 +10,7 @@ from rankrepro.engine import train as train_module
 from rankrepro.engine.evaluate import evaluate
 from rankrepro.engine.train import NonFiniteLossError, train
 from rankrepro.experiments.plan import resolve_run
+from datautil import replica_archive
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +18,7 @@ def manifest_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("sop")
     archive = root / "replica.zip"
     sop = datasets.load("sop")
-    sop.make_replica(archive, classes_per_super=2, images_per_class=(4, 4), image_size=16)
+    replica_archive("sop", archive, classes_per_super=2, images_per_class=(4, 4), image_size=16)
     sop.prepare(archive, root / "manifest", data_root=root / "data", replica=True)
     return root / "manifest"
 

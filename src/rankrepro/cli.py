@@ -15,8 +15,8 @@ def _json(path: str) -> dict:
 def cmd_replica(args) -> None:
     from rankrepro.data import datasets
 
-    checksum = datasets.load(args.dataset).make_replica(args.out)
-    print(f"wrote replica {args.out} ({checksum})")
+    checksums = datasets.load(args.dataset).write_replica(args.out_dir)
+    print(f"wrote replica {args.out_dir}: {', '.join(checksums)}")
 
 
 def cmd_download(args) -> None:
@@ -24,13 +24,10 @@ def cmd_download(args) -> None:
     the in-job retries (rankrepro.data.sources.exit_codes); a rerun at once would not help."""
     from rankrepro.data import datasets, sources
 
-    url, checksum = args.url, args.checksum
-    if args.replica_archive:
-        archive = Path(args.replica_archive).resolve()
-        url, checksum = archive.as_uri(), Path(f"{archive}.sha256").read_text().strip()
     with sources.exit_codes():
-        path = datasets.load(args.dataset).download(args.data_root, url=url, checksum=checksum)
-    print(f"downloaded {url or 'the dataset'} -> {path}")
+        record = datasets.load(args.dataset).download(args.data_root, url=args.url, checksum=args.checksum,
+                                                      replica_dir=args.replica_dir)
+    print(f"downloaded {args.dataset} -> {record}")
 
 
 def cmd_prepare(args) -> None:
@@ -140,24 +137,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rankrepro", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("replica", help="write a generated replica of a dataset's raw archive")
+    p = sub.add_parser("replica", help="write a generated replica of a dataset's raw files (and replica.json)")
     p.add_argument("dataset")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out-dir", required=True)
     p.set_defaults(func=cmd_replica)
 
-    p = sub.add_parser("download", help="download and verify a dataset archive (resumable); exit status "
-                       "3: checksum mismatch, 4: manual download required, 5: download failed")
+    p = sub.add_parser("download", help="download and verify a dataset's files (resumable), then write "
+                       "downloads/<source>/download.json; exit status 3: checksum mismatch, 4: manual download "
+                       "required, 5: download failed")
     p.add_argument("dataset")
     p.add_argument("--data-root", required=True)
-    p.add_argument("--url", help="default: the dataset's")
-    p.add_argument("--checksum", help="md5:<hex> or sha256:<hex> (default: the dataset's)")
-    p.add_argument("--replica-archive", help="download this generated replica (file://) instead")
+    p.add_argument("--url", help="single-file datasets: default the dataset's")
+    p.add_argument("--checksum", help="md5:<hex> or sha256:<hex> (single-file datasets; default the dataset's)")
+    p.add_argument("--replica-dir", help="download the generated replica in this folder (file://) instead")
     p.set_defaults(func=cmd_download)
 
     p = sub.add_parser("prepare", help="re-verify and extract a dataset, write its manifest; exit status 3: "
                        "the archive no longer matches its checksum")
     p.add_argument("dataset")
-    p.add_argument("--source", required=True, help="the downloaded archive or an already-extracted copy")
+    p.add_argument("--source", required=True, help="downloads/<source>/download.json, a single archive, an "
+                   "already-extracted copy, or (derived datasets) the base manifest's folder")
     p.add_argument("--data-root", required=True)
     p.add_argument("--out", required=True, help="manifest directory")
     p.add_argument("--replica", action="store_true", help="the source is a generated replica")

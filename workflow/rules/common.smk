@@ -28,7 +28,7 @@ wildcard_constraints:
     run_id="[a-z0-9_]+-[a-z0-9_]+-[0-9a-f]{10}",
     paper="[a-z0-9_]+",
     table="[a-z0-9_]+",
-    archive="[^/]+",
+    source="[a-z0-9_]+",
 
 
 def dataset_plan(name):
@@ -41,44 +41,78 @@ def dataset_cfg(name):
     return dataset_plan(name)["config"]
 
 
-def archive_path(dataset):
-    return f"{DATA_ROOT}/downloads/{dataset}/{dataset_plan(dataset)['facts']['archive']}"
+def source_of(dataset):
+    """The folder of the dataset's downloads (shared by datasets with the same files)."""
+    return dataset_plan(dataset)["facts"]["source"]
 
 
-def replica_path(dataset):
-    return f"{DATA_ROOT}/replicas/{dataset}/{dataset_plan(dataset)['facts']['archive']}"
+# {source: the planned datasets that use its files}; the download rule runs once per source.
+SOURCES = {}
+for _name, _entry in sorted(DATASETS.items()):
+    if _entry["facts"]["source"]:
+        SOURCES.setdefault(_entry["facts"]["source"], []).append(_name)
+
+
+def source_dataset(wildcards):
+    """A planned dataset that uses the files of ``wildcards.source`` (they all declare the same files)."""
+    if wildcards.source not in SOURCES:
+        raise WorkflowError(f"no planned dataset downloads into {wildcards.source!r}; sources: {', '.join(SOURCES)}")
+    return SOURCES[wildcards.source][0]
+
+
+def download_record(dataset):
+    return f"{DATA_ROOT}/downloads/{source_of(dataset)}/download.json"
+
+
+def replica_record(source):
+    return f"{DATA_ROOT}/replicas/{source}/replica.json"
 
 
 def download_input(wildcards):
-    """The generated replica archive when the dataset is a replica, else nothing."""
-    return [replica_path(wildcards.dataset)] if dataset_cfg(wildcards.dataset)["replica"] else []
+    """The generated replica when the source's datasets are replicas, else nothing."""
+    return [replica_record(wildcards.source)] if dataset_cfg(source_dataset(wildcards))["replica"] else []
 
 
 def download_data_root(wildcards, output):
-    """data_root, from the download's output path <data_root>/downloads/<dataset>/<archive>."""
+    """data_root, from the download's output path <data_root>/downloads/<source>/download.json."""
     return str(Path(output[0]).parents[2])
 
 
 def download_args(wildcards):
-    """The download's options as a list (each element quoted by the rule): the replica archive, or the
-    config's url/checksum overrides (none: the dataset's official source)."""
-    cfg = dataset_cfg(wildcards.dataset)
+    """The download's options as a list (each element quoted by the rule): the replica folder, or the
+    config's url/checksum overrides (none: the dataset's official sources)."""
+    cfg = dataset_cfg(source_dataset(wildcards))
     if cfg["replica"]:
-        return ["--replica-archive", replica_path(wildcards.dataset)]
+        return ["--replica-dir", str(Path(replica_record(wildcards.source)).parent)]
     return [arg for key in ("url", "checksum") if cfg[key] for arg in (f"--{key}", cfg[key])]
 
 
 def prepare_input(wildcards):
-    """The downloaded archive, or nothing when an extracted copy is configured."""
-    return [] if dataset_cfg(wildcards.dataset)["extracted"] else [archive_path(wildcards.dataset)]
+    """The base manifest (derived datasets), the download record, or nothing (an extracted copy)."""
+    plan = dataset_plan(wildcards.dataset)
+    if plan["facts"]["derived_from"]:
+        return [manifest_meta(plan["facts"]["derived_from"])]
+    return [] if plan["config"]["extracted"] else [download_record(wildcards.dataset)]
 
 
 def prepare_source(wildcards):
-    return dataset_cfg(wildcards.dataset)["extracted"] or archive_path(wildcards.dataset)
+    plan = dataset_plan(wildcards.dataset)
+    if plan["facts"]["derived_from"]:
+        return f"results/manifests/{plan['facts']['derived_from']}"
+    return plan["config"]["extracted"] or download_record(wildcards.dataset)
 
 
 def prepare_flags(wildcards):
-    return ["--replica"] if dataset_cfg(wildcards.dataset)["replica"] else []
+    plan = dataset_plan(wildcards.dataset)
+    base = plan["facts"]["derived_from"]
+    replica = dataset_cfg(base)["replica"] if base else plan["config"]["replica"]
+    return ["--replica"] if replica else []
+
+
+def manifest_outputs():
+    """Every planned dataset's manifest: `snakemake` prepares the datasets the config lists even
+    before a table trains on them."""
+    return [manifest_meta(name) for name in DATASETS]
 
 
 def manifest_meta(dataset):

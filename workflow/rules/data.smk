@@ -1,34 +1,40 @@
-# download -> prepare (manifest). A replica dataset is generated first and then goes
-# through the same download (file://, checksum-verified) and prepare code as the real one.
+# download -> prepare (manifest). A replica is generated first and then goes through the same
+# download (file://, checksum-verified) and prepare code as the real files.
 
 
 rule replica:
     output:
-        archive=f"{DATA_ROOT}/replicas/{{dataset}}/{{archive}}",
-        checksum=f"{DATA_ROOT}/replicas/{{dataset}}/{{archive}}.sha256",
+        f"{DATA_ROOT}/replicas/{{source}}/replica.json",
+    params:
+        dataset=source_dataset,
+        out_dir=f"{DATA_ROOT}/replicas/{{source}}",
     log:
-        "results/logs/replica/{dataset}/{archive}.log",
+        "results/logs/replica/{source}.log",
     conda:
         "../../envs/data.yaml"
     resources:
         mem_mb=2000,
         runtime=30,
     shell:
-        "python -m rankrepro replica {wildcards.dataset:q} --out {output.archive:q} > {log:q} 2>&1"
+        "python -m rankrepro replica {params.dataset:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
-# Network errors are retried inside the job (with back-off and resume); a checksum
-# mismatch is final, so Snakemake does not retry this rule (whatever the profile says).
+# Every file of a source (shared by datasets such as inat / inat_base / inat_full), then
+# download.json. Network errors are retried inside the job (with back-off and resume); a
+# checksum mismatch or a missing manual file is final, so Snakemake does not retry this
+# rule (whatever the profile says). A manual dataset's job fails with the list of files to
+# put in place; with --keep-going the rest of the DAG still runs.
 rule download:
     input:
         download_input,
     output:
-        f"{DATA_ROOT}/downloads/{{dataset}}/{{archive}}",
+        f"{DATA_ROOT}/downloads/{{source}}/download.json",
     params:
+        dataset=source_dataset,
         data_root=download_data_root,
         args=download_args,
     log:
-        "results/logs/download/{dataset}/{archive}.log",
+        "results/logs/download/{source}.log",
     conda:
         "../../envs/data.yaml"
     retries: 0
@@ -36,10 +42,12 @@ rule download:
         mem_mb=2000,
         runtime=24 * 60,
     shell:
-        "python -m rankrepro download {wildcards.dataset:q} --data-root {params.data_root:q} {params.args:q}"
+        "python -m rankrepro download {params.dataset:q} --data-root {params.data_root:q} {params.args:q}"
         " > {log:q} 2>&1"
 
 
+# The source's files are re-verified, extracted into <data_root>/<source>/ and parsed; a
+# derived dataset (sop_merge3) is built from its base's manifest.
 rule prepare:
     input:
         prepare_input,

@@ -24,7 +24,7 @@ import numpy as np
 from PIL import Image
 
 from rankrepro.data import sources
-from rankrepro.io import atomic_path, atomic_write_text
+from rankrepro.io import atomic_path
 
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")  # stored as they are, not compressed again
@@ -59,8 +59,7 @@ def tiny_jpeg(rng: np.random.Generator, class_key, size: int = 32, *, group_key=
 def write_zip(out_archive: str | Path, members: dict[str, bytes]) -> str:
     """Write ``members`` (archive path -> bytes, in order) as a deterministic zip, atomically.
 
-    Folder entries are added for every parent folder. Returns ``"sha256:<hex>"``
-    and writes it to ``<out_archive>.sha256``.
+    Folder entries are added for every parent folder. Returns ``"sha256:<hex>"``.
     """
     out_archive = Path(out_archive)
     with atomic_path(out_archive) as tmp, zipfile.ZipFile(tmp, "w") as zf:
@@ -77,7 +76,7 @@ def write_tar(out_archive: str | Path, members: dict[str, bytes]) -> str:
     """Write ``members`` as a deterministic tar, gzip-compressed when the name ends in ``.gz``/``.tgz``.
 
     Same contract as :func:`write_zip`: folder entries for every parent folder,
-    fixed timestamps and owners, atomic; returns and writes ``"sha256:<hex>"``.
+    fixed timestamps and owners, atomic; returns ``"sha256:<hex>"``.
     """
     out_archive = Path(out_archive)
     gzipped = out_archive.name.endswith((".gz", ".tgz"))
@@ -98,10 +97,14 @@ def _folders(members: dict[str, bytes]) -> list[str]:
 
 
 def _state_checksum(out_archive: Path) -> str:
-    """``"sha256:<hex>"`` of the archive, also written to ``<out_archive>.sha256``."""
-    checksum = "sha256:" + sources.file_digest(out_archive, "sha256")
-    atomic_write_text(f"{out_archive}.sha256", checksum + "\n")
-    return checksum
+    """``"sha256:<hex>"`` of the archive."""
+    return "sha256:" + sources.file_digest(out_archive, "sha256")
+
+
+def write_file(out: str | Path, data: bytes) -> None:
+    """Write a non-archive replica file (a CSV, a split list) atomically."""
+    with atomic_path(out) as tmp:
+        tmp.write_bytes(data)
 
 
 def _zipinfo(name: str, mode: int) -> zipfile.ZipInfo:

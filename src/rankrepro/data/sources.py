@@ -25,6 +25,7 @@ import tarfile
 import tempfile
 import time
 import zipfile
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -41,7 +42,7 @@ from rankrepro.io import atomic_write_json
 ALGOS = ("md5", "sha256")
 BACKOFF_S = 0.25  # first retry delay; doubles with each further retry
 RETRY_AFTER_CAP_S = 5.0  # longest Retry-After wait honoured
-EXTRACTED_MARKER = ".extracted"
+EXTRACTED_MARKER = ".extracted"  # folder of per-archive markers in a dataset tree
 VERIFIED_SUFFIX = ".verified"
 EXIT_CHECKSUM, EXIT_MANUAL, EXIT_DOWNLOAD = 3, 4, 5
 HEADERS = {"Accept-Encoding": "identity", "User-Agent": f"rankrepro/{__version__}"}
@@ -184,7 +185,7 @@ def _exit(err: Exception, status: int):
 def download(
     url: str,
     dest: str | Path,
-    checksum: str,
+    checksum: str | None,
     *,
     retries: int = 3,
     timeout: float = 60,
@@ -197,11 +198,20 @@ def download(
     resumed with an HTTP Range request when that file exists; transient failures
     (connection errors, truncated bodies, 5xx, 429) are retried ``retries`` times.
     ``dest`` appears, by rename, only once the checksum matches.
+
+    ``checksum`` None: nobody publishes one. The body is complete when it has the
+    length the server stated; the caller records its sha256 once the data is verified
+    otherwise (:class:`ChecksumLock`, trust on first use). An existing ``dest`` is kept.
     """
-    algo, expected = parse_checksum(checksum)
     dest = Path(dest)
-    if dest.is_file() and file_digest(dest, algo) == expected:
-        return dest
+    if checksum is None:
+        if dest.is_file():
+            return dest
+        algo = expected = None
+    else:
+        algo, expected = parse_checksum(checksum)
+        if dest.is_file() and file_digest(dest, algo) == expected:
+            return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     opener = _open_file if urlparse(url).scheme == "file" else _open_http
@@ -215,6 +225,13 @@ def download(
             if attempt == retries:
                 raise DownloadError(f"could not download {url} after {retries + 1} attempts: {err}") from None
             time.sleep(err.wait if err.wait is not None else BACKOFF_S * 2**attempt)
+    if checksum is None:
+        hint = _html_hint(part)
+        if hint:
+            part.unlink()
+            raise DownloadError(f"{url} gave an HTML page, not the file{hint}")
+        os.replace(part, dest)
+        return dest
     actual = file_digest(part, algo)
     if actual != expected:
         hint = _html_hint(part)
@@ -326,63 +343,171 @@ def _html_hint(path: Path) -> str:
 
 
 def extract(archive: str | Path, dest_dir: str | Path, checksum: str | None = None) -> Path:
-    """Extract a zip or tar(.gz/.bz2/.xz) archive to ``dest_dir``, atomically.
+    """Extract a zip or tar(.gz/.bz2/.xz) archive into ``dest_dir``; return ``dest_dir``.
 
-    Members go to a temporary sibling directory, a ``.extracted`` marker is
-    written last, and the directory is renamed onto ``dest_dir``. A ``dest_dir``
-    holding the marker is taken as done. Members that would land outside
-    ``dest_dir`` (absolute paths, ``..``) make it fail before anything is written.
+    ``dest_dir`` is a tree that several archives of one dataset may share (GLDv2's 500
+    train shards all extract into ``train/``). Each archive leaves a marker
+    ``<dest_dir>/.extracted/<archive name>`` (JSON: the archive's ``checksum`` and its
+    member names), written last: an archive without its marker was not (completely)
+    extracted and is extracted again, overwriting what an interrupted run left. A marker
+    for the same ``checksum`` (or any marker when ``checksum`` is None) means done.
 
-    With ``checksum`` (the archive's), the marker records it, and a ``dest_dir`` whose
-    marker records another checksum was extracted from another archive: it is extracted
-    anew and swapped in.
+    A marker for another checksum (a new download, a regenerated replica): the old
+    archive's members are removed first, then the new archive is extracted. Members that
+    would land outside ``dest_dir`` (absolute paths, ``..``, links) make it fail before
+    anything is written. A non-empty ``dest_dir`` that no archive was extracted into is
+    someone else's folder: refused.
     """
     archive, dest_dir = Path(archive), Path(dest_dir)
-    marker = dest_dir / EXTRACTED_MARKER
-    if marker.is_file():
-        recorded = _marker_checksum(marker)
-        if checksum is None or recorded is None or recorded == checksum:
-            return dest_dir
-    elif dest_dir.exists():
-        raise FileExistsError(f"{dest_dir} exists but was not extracted by rankrepro (no {EXTRACTED_MARKER}); "
+    marker = dest_dir / EXTRACTED_MARKER / archive.name
+    previous = _read_marker(marker)
+    if previous is not None and (checksum is None or previous.get("checksum") in (None, checksum)):
+        return dest_dir
+    if dest_dir.is_dir() and not (dest_dir / EXTRACTED_MARKER).is_dir() and any(dest_dir.iterdir()):
+        raise FileExistsError(f"{dest_dir} exists but was not extracted by rankrepro (no {EXTRACTED_MARKER}/); "
                               "remove it, or point to it as an already-extracted copy")
-    dest_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest_dir.name}.", suffix=".tmp", dir=dest_dir.parent))
-    old = None  # the stale extraction, moved aside until the new one is in place
-    try:
-        _extract_into(archive, tmp)
-        (tmp / EXTRACTED_MARKER).write_text(f"{archive.name}\n" + (f"{checksum}\n" if checksum else ""))
-        if dest_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest_dir.name}.", suffix=".old", dir=dest_dir.parent))
-            os.replace(dest_dir, old)
-        os.rename(tmp, dest_dir)
-    except BaseException:
-        if old is not None and not dest_dir.exists():
-            os.replace(old, dest_dir)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    names = _member_names(archive)
+    if previous is not None:
+        marker.unlink()
+        _remove_members(dest_dir, previous.get("members", []))
+    (dest_dir / EXTRACTED_MARKER).mkdir(parents=True, exist_ok=True)  # the tree is ours from now on
+    _extract_into(archive, dest_dir)
+    atomic_write_json(marker, {"archive": archive.name, "checksum": checksum, "members": names})
     return dest_dir
 
 
-def _marker_checksum(marker: Path) -> str | None:
-    """The archive checksum an ``.extracted`` marker records (line 2), None when it records none."""
-    lines = marker.read_text().splitlines()
-    return (lines[1].strip() or None) if len(lines) > 1 else None
+def is_extracted(archive_name: str, dest_dir: str | Path, checksum: str | None = None) -> bool:
+    """True when ``archive_name`` was completely extracted into ``dest_dir`` (for ``checksum``, if given)."""
+    record = _read_marker(Path(dest_dir) / EXTRACTED_MARKER / archive_name)
+    return record is not None and (checksum is None or record.get("checksum") in (None, checksum))
+
+
+def _read_marker(marker: Path) -> dict | None:
+    try:
+        record = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _remove_members(dest_dir: Path, members: list[str]) -> None:
+    """Delete the files an earlier extraction wrote (folders only when they end up empty)."""
+    folders = set()
+    for name in members:
+        path = dest_dir / name
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+        folders.update(p for p in PurePosixPath(name).parents if str(p) != ".")
+    for folder in sorted(folders, key=lambda f: -len(f.parts)):
+        try:
+            (dest_dir / folder).rmdir()
+        except OSError:
+            pass
+
+
+def _member_names(archive: Path) -> list[str]:
+    """The archive's member names, checked: none may escape the destination."""
+    try:
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as zf:
+                names = zf.namelist()
+        elif tarfile.is_tarfile(archive):
+            with tarfile.open(archive, "r:*") as tf:
+                members = tf.getmembers()
+                for m in members:
+                    if m.issym() or m.islnk():
+                        raise ValueError(f"refusing to extract {archive}: member {m.name!r} is a link")
+                names = [m.name for m in members]
+        else:
+            raise ValueError(f"{archive} is neither a zip nor a tar archive (truncated or corrupt, or not an archive?)")
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as err:
+        raise ValueError(f"cannot read archive {archive} (truncated or corrupt?): {err}") from None
+    _check_members(archive, names)
+    return names
+
+
+def place(file: str | Path, dest: str | Path) -> Path:
+    """Put a non-archive source file (a CSV, a ``.mat``) at ``dest`` in the dataset tree:
+    a hard link when the file system allows, else a copy; atomic; kept when identical."""
+    file, dest = Path(file), Path(dest)
+    if dest.is_file() and dest.stat().st_size == file.stat().st_size and \
+            file_digest(dest, "sha256") == file_digest(file, "sha256"):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(file, tmp)
+    except OSError:
+        shutil.copyfile(file, tmp)
+    os.replace(tmp, dest)
+    return dest
+
+
+@contextmanager
+def file_lock(path: str | Path):
+    """Hold an exclusive ``flock`` on ``path`` (created if absent): jobs that share a dataset tree
+    or the checksum lock file take turns."""
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        yield
+
+
+class ChecksumLock:
+    """Checksums recorded on first use, for files nobody publishes one for.
+
+    ``<data_root>/checksums.lock.json`` maps ``"<source>/<file>"`` to ``{"checksum":
+    "sha256:<hex>", "size", "recorded"}``. A file's entry is written the first time the
+    data it holds passes the dataset's checks (its published counts); every later use
+    checks the file against it. Writers take an exclusive ``flock`` on
+    ``checksums.lock.json.lock`` and rewrite the file atomically.
+    """
+
+    FILE = "checksums.lock.json"
+
+    def __init__(self, data_root: str | Path):
+        self.path = Path(data_root) / self.FILE
+
+    def read(self) -> dict:
+        try:
+            return json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as err:
+            raise ValueError(f"{self.path} is not valid JSON ({err}); fix or delete it") from None
+
+    def get(self, key: str) -> str | None:
+        entry = self.read().get(key)
+        return entry.get("checksum") if isinstance(entry, dict) else None
+
+    def record(self, entries: dict[str, Path]) -> None:
+        """Record the sha256 of each ``{key: file}`` not recorded yet (an entry is never replaced)."""
+        if not entries:
+            return
+        with file_lock(f"{self.path}.lock"):
+            data = self.read()
+            for key, file in entries.items():
+                if key not in data:
+                    data[key] = {"checksum": "sha256:" + file_digest(file, "sha256"),
+                                 "size": Path(file).stat().st_size,
+                                 "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            atomic_write_json(self.path, data)
 
 
 def _extract_into(archive: Path, directory: Path) -> None:
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as zf:
-            _check_members(archive, zf.namelist())
-            zf.extractall(directory)
-    elif tarfile.is_tarfile(archive):
-        with tarfile.open(archive, "r:*") as tf:
-            _check_members(archive, tf.getnames())
-            tf.extractall(directory, filter="data")
-    else:
-        raise ValueError(f"{archive} is neither a zip nor a tar archive")
+    try:
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as zf:
+                zf.extractall(directory)
+        else:
+            with tarfile.open(archive, "r:*") as tf:
+                tf.extractall(directory, filter="data")
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error) as err:
+        raise ValueError(f"cannot extract {archive} (truncated or corrupt?): {err}") from None
 
 
 def _check_members(archive: Path, names: list[str]) -> None:
@@ -393,26 +518,30 @@ def _check_members(archive: Path, names: list[str]) -> None:
             raise ValueError(f"refusing to extract {archive}: member {name!r} would escape the destination")
 
 
-def require_files(root: str | Path, files: dict[str, str], dataset: str, how_to_get: str) -> Path:
-    """Check files that must be obtained by hand; return ``root`` when all match.
+def require_files(root: str | Path, files: dict[str, tuple[str | None, int | None]], dataset: str,
+                  how_to_get: str, note: str = "") -> Path:
+    """Check files that must be obtained by hand; return ``root`` when all are there and match.
 
-    ``files`` maps a path relative to ``root`` to its checksum. Raises
-    ManualDownloadRequired listing every missing or mismatching file with the
-    absolute path it must have and the checksum it must match.
+    ``files`` maps a path relative to ``root`` to ``(checksum, size in bytes)``, either
+    None when unknown (a file without a published checksum is checked against the lock
+    file by the caller). Raises :class:`ManualDownloadRequired` listing every missing or
+    mismatching file with the absolute path it must have, its size and checksum where
+    known, how to get it and ``note`` (e.g. the ``extracted:`` alternative).
     """
     root = Path(root).absolute()
     problems = []
-    for rel, checksum in files.items():
+    for rel, (checksum, size) in files.items():
         path = root / rel
+        known = ", ".join(x for x in (f"{size:,} bytes" if size else "", checksum or "no published checksum") if x)
         if not path.is_file():
-            problems.append(f"  - {rel}: missing; put it at {path} ({checksum})")
-        elif not verify(path, checksum):
+            problems.append(f"  - {rel}: missing; put it at {path} ({known})")
+        elif checksum and not verify(path, checksum):
             algo, _ = parse_checksum(checksum)
             problems.append(f"  - {rel}: checksum mismatch at {path}: expected {checksum}, "
                             f"got {algo}:{file_digest(path, algo)}")
     if problems:
         raise ManualDownloadRequired(
             f"dataset {dataset!r} needs files that cannot be downloaded automatically.\n"
-            f"How to get them: {how_to_get}\n" + "\n".join(problems)
+            f"How to get them: {how_to_get}\n" + "\n".join(problems) + (f"\n{note}" if note else "")
         )
     return root

@@ -500,16 +500,44 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
             tables_out[f"{paper}/{table}"] = {
                 "paper": paper, "table": table, "spec": {k: v for k, v in spec.items() if k != "_file"},
                 "cells": [asdict(cell) for cell in cells], "runs": sorted(table_runs)}
-    default_cfg = {"replica": False, "extracted": None, "url": None, "checksum": None}
-    used = sorted({run["dataset"] for run in runs.values()} | set(datasets_config))
-    datasets = {name: {"facts": planner.catalog["dataset"][name]["facts"],
-                       "config": {**default_cfg, **(datasets_config.get(name) or {})}} for name in used}
+    datasets = plan_datasets({run["dataset"] for run in runs.values()}, datasets_config, planner.catalog["dataset"])
     synthetic = {"names": [], "scale": "paper", "seed": 0, **(synthetic or {})}
     for name in synthetic["names"]:
         if name not in planner.catalog["synthetic"]:
             raise PlanError(f"config synthetic.names: unknown result {name!r}; registered: "
                             f"{', '.join(sorted(planner.catalog['synthetic']))}")
     return {"runs": dict(sorted(runs.items())), "tables": tables_out, "datasets": datasets, "synthetic": synthetic}
+
+
+def plan_datasets(used: set[str], datasets_config: dict, catalog: dict) -> dict:
+    """``{name: {"facts", "config"}}`` of the datasets the runs use, those the config lists
+    and the bases of derived ones. Datasets that share their files (``facts["source"]``)
+    must take them from the same place; a url/checksum override needs a single file."""
+    default_cfg = {"replica": False, "extracted": None, "url": None, "checksum": None}
+    names = set(used) | set(datasets_config)
+    while True:
+        bases = {catalog[n]["facts"]["derived_from"] for n in names} - {None} - names
+        if not bases:
+            break
+        names |= bases
+    datasets = {name: {"facts": catalog[name]["facts"], "config": {**default_cfg, **(datasets_config.get(name) or {})}}
+                for name in sorted(names)}
+    by_source: dict[str, list[str]] = {}
+    for name, entry in datasets.items():
+        facts, cfg = entry["facts"], entry["config"]
+        if (cfg["url"] or cfg["checksum"]) and facts["files"] != 1:
+            raise PlanError(f"config datasets.{name}: url/checksum override a single file, but {name} has "
+                            f"{facts['files']} source files; point datasets.{name}.extracted to a copy instead")
+        if facts["source"]:
+            by_source.setdefault(facts["source"], []).append(name)
+    for source, members in by_source.items():
+        first = members[0]
+        for other in members[1:]:
+            for key in ("replica", "url", "checksum"):
+                if datasets[first]["config"][key] != datasets[other]["config"][key]:
+                    raise PlanError(f"config datasets.{other}.{key} differs from datasets.{first}.{key}: both "
+                                    f"datasets use the files of {source!r}, so they must come from the same place")
+    return datasets
 
 
 def plan_from_config(config: dict) -> dict:

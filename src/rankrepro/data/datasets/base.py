@@ -2,38 +2,82 @@
 
 A dataset is a subclass of :class:`Dataset` registered in
 :data:`rankrepro.data.datasets.DATASETS`. It *declares* its facts as class attributes
-and *implements* two methods; everything else (downloading with a checksum, the
-manual-licence message, re-verifying the archive before it is extracted again,
-extraction, count and disjointness checks, writing the manifest) lives here::
+and *implements* two methods; everything else (downloading every source file with its
+checksum, trust-on-first-use checksums, the manual-licence message, re-verifying files
+before they are extracted again, extraction into one tree, count and disjointness
+checks, writing the manifest) lives here::
 
     @DATASETS.register("cub")
     class CUB(Dataset):
         title = "CUB-200-2011"
-        archive, url, checksum = "CUB_200_2011.tgz", "https://...", "md5:..."
-        top, marker = "CUB_200_2011", "images.txt"       # <top>/<marker> inside the archive
+        files = (SourceFile("CUB_200_2011.tgz", url="https://...", checksum="md5:...", size=1_150_585_339),)
+        top, marker = "CUB_200_2011", "images.txt"       # <top>/<marker> in the dataset tree
         levels, protocol = ["class"], "same-set"
         expected_counts = {"train": {"images": 5_864, "class": 100}, ...}
         disjoint = (("train", "test"),)
 
         def read_table(self, root): ...                  # -> path, split, label[, level_1 ...]
-        def make_replica(self, out_archive, **options): ...  # uses rankrepro.data.replicas
+        def make_replica(self, out_dir, **options): ...  # writes every source file, returns their names
+
+Where things go (``<source>`` is :attr:`Dataset.source`, the dataset's name unless
+several datasets share their files, as ``inat``/``inat_base``/``inat_full`` do):
+
+- ``<data_root>/downloads/<source>/<file>``: each :class:`SourceFile`, verified, with a
+  ``.verified`` sidecar; ``download.json`` beside them lists them once all are there
+  (the download rule's output).
+- ``<data_root>/<source>/``: the dataset tree. Archives are extracted into it (at
+  ``SourceFile.into``), other files are linked into it; ``<top>/<marker>`` is then the
+  image root that :meth:`read_table` reads.
+- ``<data_root>/checksums.lock.json``: sha256 of files without a published checksum,
+  recorded the first time their data passes :meth:`check_counts`, checked ever after.
 
 A variant is another registration of the same class with fixed keywords, e.g.
 ``DATASETS.register("dyml_vehicle", domain="vehicle")(DyML)``: the constructor takes
-exactly those keywords (and nothing else). :func:`rankrepro.data.datasets.load`
-builds the instance and sets :attr:`Dataset.name` to the registered name.
+exactly those keywords (and nothing else). A *derived* dataset (``derived_from``, e.g.
+``sop_merge3``) has no files: :meth:`derive` builds its table from the base manifest.
+:func:`rankrepro.data.datasets.load` builds the instance and sets :attr:`Dataset.name`.
 
 Nothing here imports torch: the planner reads :meth:`Dataset.facts` cheaply.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from rankrepro.data import sources
-from rankrepro.data.manifest import Manifest, level_columns, write_manifest
+from rankrepro.data.manifest import Manifest, level_columns, read_manifest, write_manifest
+from rankrepro.io import atomic_write_json
+
+DOWNLOAD_RECORD = "download.json"
+REPLICA_RECORD = "replica.json"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One file a dataset is made of.
+
+    ``name``: its path under ``downloads/<source>/`` (may hold a folder, e.g.
+    ``train/images_000.tar``). ``url``: where it comes from (None: the user puts it there
+    by hand, see :attr:`Dataset.how_to_get`). ``checksum``: ``"md5:<hex>"`` /
+    ``"sha256:<hex>"`` as published; None when nobody publishes one (trust on first use,
+    :class:`~rankrepro.data.sources.ChecksumLock`). ``checksum_file``: the name of another
+    source file whose first whitespace-separated field is this file's md5 (GLDv2's
+    ``md5.images_NNN.txt``). ``size``: bytes, for messages. ``extract``: an archive,
+    extracted into ``<tree>/<into>``; otherwise the file is linked to
+    ``<tree>/<into>/<basename>``.
+    """
+
+    name: str
+    url: str | None = None
+    checksum: str | None = None
+    size: int | None = None
+    extract: bool = True
+    into: str = ""
+    checksum_file: str | None = None
 
 
 class Dataset:
@@ -41,24 +85,24 @@ class Dataset:
 
     Attributes a subclass sets:
 
-    ``title``: the name used in messages. ``archive``: the file name of the download,
-    stored as ``<data_root>/downloads/<name>/<archive>``. ``url``, ``checksum``: where
-    it comes from and its ``"md5:<hex>"`` / ``"sha256:<hex>"`` (``url`` None for a
-    manual dataset). ``manual``: the archive cannot be downloaded automatically;
-    ``how_to_get`` says how a user obtains it. ``top``: the folder the archive holds
-    (the image root unless :meth:`find_root` says otherwise); ``marker``: a file
-    under it that identifies the dataset. ``levels``: level names, finest first (the
-    manifest's ``label``, ``level_1``, ...). ``protocol``: the evaluation protocol, one
-    of :data:`rankrepro.metrics.protocols.PROTOCOLS`. ``expected_counts``: per split,
+    ``title``: the name used in messages. ``files``: the :class:`SourceFile` s (or
+    override :meth:`source_files`). ``source``: the folder name of its downloads and tree
+    when several datasets share them (default: the registered name). ``manual``: the
+    files cannot be downloaded automatically; ``how_to_get`` says how a user obtains
+    them. ``top``: the folder of the tree that is the image root unless :meth:`find_root`
+    says otherwise (``""``: the tree itself); ``marker``: a file under it that identifies
+    the dataset. ``levels``: level names, finest first (the manifest's ``label``,
+    ``level_1``, ...). ``protocol``: the evaluation protocol, one of
+    :data:`rankrepro.metrics.protocols.PROTOCOLS`. ``expected_counts``: per split,
     ``images`` and the number of distinct labels per level name, checked unless the
     source is a replica. ``disjoint``: pairs of splits that must share no finest label.
+    ``derived_from``: the dataset whose manifest :meth:`derive` transforms (no files).
     """
 
     _name: str = ""
     title: str = ""
-    archive: str = ""
-    url: str | None = None
-    checksum: str | None = None
+    files: tuple[SourceFile, ...] = ()
+    source: str = ""
     manual: bool = False
     how_to_get: str = ""
     top: str = ""
@@ -67,6 +111,7 @@ class Dataset:
     protocol: str = "same-set"
     expected_counts: dict[str, dict[str, int]] = {}
     disjoint: tuple[tuple[str, str], ...] = ()
+    derived_from: str | None = None
 
     def __init__(self) -> None:
         """Datasets without variants take no arguments (a variant's constructor takes its fixed keywords)."""
@@ -76,8 +121,8 @@ class Dataset:
 
     @property
     def name(self) -> str:
-        """The registered name (set by :func:`rankrepro.data.datasets.load`): the folder under
-        ``downloads/`` and ``data_root``, and ``meta.json``'s ``dataset``."""
+        """The registered name (set by :func:`rankrepro.data.datasets.load`): the manifest folder
+        and ``meta.json``'s ``dataset``."""
         if not self._name:
             raise RuntimeError(f"{type(self).__name__} has no name: build it with "
                                "rankrepro.data.datasets.load(name)")
@@ -87,6 +132,11 @@ class Dataset:
     def name(self, value: str) -> None:
         self._name = value
 
+    @property
+    def source_name(self) -> str:
+        """The folder of the downloads and the tree: :attr:`source`, else :attr:`name`."""
+        return self.source or self.name
+
     # -- to implement ---------------------------------------------------------------------------
 
     def read_table(self, root: Path) -> pd.DataFrame:
@@ -94,84 +144,209 @@ class Dataset:
         ``root``), ``split``, ``label`` and ``level_1 ...`` (integers, finest first)."""
         raise NotImplementedError
 
-    def make_replica(self, out_archive: str | Path, **options) -> str:
-        """Write a generated replica of the archive (same layout, tiny images); return its
-        ``"sha256:<hex>"`` (also written to ``<out_archive>.sha256``)."""
+    def make_replica(self, out_dir: Path, **options) -> list[str]:
+        """Write a generated replica of every source file into ``out_dir`` (same names, same
+        layout inside, tiny images, few classes); return the names written. A replica may
+        hold fewer shards than the real data (GLDv2)."""
         raise NotImplementedError(f"dataset {self.name!r} has no replica generator")
+
+    def derive(self, base: Manifest) -> pd.DataFrame:
+        """A derived dataset's manifest rows, from the manifest of :attr:`derived_from`."""
+        raise NotImplementedError(f"dataset {self.name!r} is not derived")
 
     def extra_meta(self, table: pd.DataFrame) -> dict:
         """Dataset-specific entries for ``meta.json`` (e.g. class names)."""
         return {}
 
+    def source_files(self) -> list[SourceFile]:
+        """The files of the real dataset (default: :attr:`files`)."""
+        return list(self.files)
+
     # -- facts ----------------------------------------------------------------------------------
 
     def facts(self) -> dict:
-        """What the planner needs without importing torch (JSON): ``archive`` (file name under
-        ``downloads/<name>/``), ``protocol``, ``levels``, ``manual``, ``url``, ``checksum``, ``title``.
-        Needs no name: ``DATASETS.get(name).build().facts()`` works too."""
-        return {"title": self.title, "archive": self.archive, "protocol": self.protocol,
-                "levels": list(self.levels), "manual": self.manual, "url": self.url, "checksum": self.checksum}
+        """What the planner needs without importing torch (JSON): ``source`` (folder of the
+        downloads; None for a derived dataset), ``derived_from``, ``files`` (how many),
+        ``protocol``, ``levels``, ``manual``, ``title``. Needs no name when :attr:`source`
+        is set or the dataset is derived."""
+        return {"title": self.title, "source": None if self.derived_from else (self.source or self._name or None),
+                "derived_from": self.derived_from, "files": len(self.source_files()), "protocol": self.protocol,
+                "levels": list(self.levels), "manual": self.manual}
 
-    def archive_path(self, data_root: str | Path) -> Path:
-        """``<data_root>/downloads/<name>/<archive>``."""
-        return Path(data_root) / "downloads" / self.name / self.archive
+    def downloads_dir(self, data_root: str | Path) -> Path:
+        """``<data_root>/downloads/<source>``."""
+        return Path(data_root) / "downloads" / self.source_name
 
     def extract_dir(self, data_root: str | Path) -> Path:
-        """Where the archive is extracted: ``<data_root>/<name>``."""
-        return Path(data_root) / self.name
+        """The dataset tree: ``<data_root>/<source>``."""
+        return Path(data_root) / self.source_name
+
+    # -- replica --------------------------------------------------------------------------------
+
+    def write_replica(self, out_dir: str | Path, **options) -> dict[str, str]:
+        """:meth:`make_replica` into ``out_dir``, then ``<file>.sha256`` beside each file and
+        ``replica.json`` (``{"dataset", "files": {name: "sha256:<hex>"}}``, written last).
+        Returns the files' checksums."""
+        out_dir = Path(out_dir)
+        names = self.make_replica(out_dir, **options)
+        checksums = {}
+        for name in names:
+            checksums[name] = "sha256:" + sources.file_digest(out_dir / name, "sha256")
+            (out_dir / f"{name}.sha256").write_text(checksums[name] + "\n")
+        atomic_write_json(out_dir / REPLICA_RECORD, {"dataset": self.name, "files": checksums})
+        return checksums
 
     # -- download -------------------------------------------------------------------------------
 
-    def download(self, data_root: str | Path, url: str | None = None, checksum: str | None = None) -> Path:
-        """Download and verify the archive to :meth:`archive_path`; return its path.
+    def download(self, data_root: str | Path, url: str | None = None, checksum: str | None = None,
+                 replica_dir: str | Path | None = None) -> Path:
+        """Download and verify every source file into :meth:`downloads_dir`; return the path of
+        ``download.json``, written once all are there.
 
-        ``url`` and ``checksum`` default to the dataset's. A manual dataset (no ``url``)
-        checks that the user put the file there and raises
-        :class:`~rankrepro.data.sources.ManualDownloadRequired` naming the path and the
-        checksum otherwise. A verified archive gets a ``.verified`` sidecar, so an
-        untouched archive is not hashed again (here or in :meth:`prepare`).
+        ``url``/``checksum`` override those of a single-file dataset. ``replica_dir``: take
+        the files of a generated replica (``replica.json``) through ``file://`` instead.
+        A file with a published checksum (or one recorded in ``checksums.lock.json``) is
+        verified; one without is downloaded and verified later by its counts. A file
+        without url must be put there by hand: all such missing files are listed in one
+        :class:`~rankrepro.data.sources.ManualDownloadRequired`. A verified file gets a
+        ``.verified`` sidecar, so it is not hashed again (here or in :meth:`prepare`).
         """
-        url, checksum = url or self.url, checksum or self.checksum
-        if not checksum:
-            raise ValueError(f"dataset {self.name!r} has no checksum: give one")
-        dest = self.archive_path(data_root)
-        if sources.is_verified(dest, checksum):
-            return dest
-        if url is None:
-            sources.require_files(dest.parent, {dest.name: checksum}, self.name, self.how_to_get)
-        else:
-            sources.download(url, dest, checksum)
-        sources.record_verified(dest, checksum)
-        return dest
+        files = self.replica_files(replica_dir) if replica_dir else self.source_files()
+        if url or checksum:
+            if len(files) != 1 or replica_dir:
+                raise ValueError(f"dataset {self.name!r} has {len(files)} source files: a url/checksum "
+                                 "override needs a single-file dataset (point `extracted` to a copy instead)")
+            files = [SourceFile(files[0].name, url or files[0].url, checksum or files[0].checksum, files[0].size,
+                                files[0].extract, files[0].into)]
+        folder, lock = self.downloads_dir(data_root), sources.ChecksumLock(data_root)
+        record, manual = {}, {}
+        for f in sorted(files, key=lambda f: f.checksum_file is not None):  # md5 files first
+            dest = folder / f.name
+            expected = self.expected_checksum(f, folder, lock)
+            if expected and sources.is_verified(dest, expected):
+                pass
+            elif f.url is None:
+                if not dest.is_file() or (expected and not sources.verify(dest, expected)):
+                    manual[f.name] = (expected, f.size)
+                    continue
+            else:
+                sources.download(f.url, dest, expected)
+            if expected:
+                sources.record_verified(dest, expected)
+            record[f.name] = {"checksum": expected, "size": dest.stat().st_size, "extract": f.extract,
+                              "into": f.into}
+        if manual:
+            sources.require_files(folder, manual, self.name, self.how_to_get,
+                                  note=f"Or set datasets.{self.name}.extracted to a copy already extracted "
+                                       f"(a folder holding {self.top + '/' if self.top else ''}{self.marker}).")
+        out = folder / DOWNLOAD_RECORD
+        atomic_write_json(out, {"dataset": self.name, "source": self.source_name, "files": record})
+        return out
+
+    def replica_files(self, replica_dir: str | Path) -> list[SourceFile]:
+        """The files of a generated replica, as :class:`SourceFile` s with ``file://`` urls."""
+        replica_dir = Path(replica_dir).resolve()
+        listed = json.loads((replica_dir / REPLICA_RECORD).read_text())["files"]
+        real = {f.name: f for f in self.source_files()}
+        out = []
+        for name, checksum in listed.items():
+            like = real.get(name) or self.replica_file_like(name)
+            out.append(SourceFile(name, (replica_dir / name).as_uri(), checksum, extract=like.extract,
+                                  into=like.into))
+        return out
+
+    def replica_file_like(self, name: str) -> SourceFile:
+        """How to unpack a replica file that is not among :meth:`source_files` (e.g. a shard of a
+        replica with other shard numbers); default: an error naming it."""
+        raise ValueError(f"replica file {name!r} is not a source file of dataset {self.name!r}")
+
+    @staticmethod
+    def expected_checksum(f: SourceFile, folder: Path, lock: sources.ChecksumLock) -> str | None:
+        """The checksum ``f`` must match: published, read from its ``checksum_file``, or recorded
+        in the lock file; None when none is known yet."""
+        if f.checksum:
+            return f.checksum
+        if f.checksum_file:
+            path = folder / f.checksum_file
+            text = path.read_text().split() if path.is_file() else []
+            if not text:
+                raise sources.ChecksumError(f"{path}: no md5 in the checksum file of {f.name}")
+            return f"md5:{text[0].lower()}"
+        return lock.get(f"{folder.name}/{f.name}")
 
     # -- prepare --------------------------------------------------------------------------------
 
     def prepare(self, source: str | Path, manifest_dir: str | Path, *, data_root: str | Path,
                 replica: bool = False) -> Manifest:
-        """Build the manifest from the archive or an already-extracted copy.
+        """Build the manifest; nothing is written on failure.
 
-        ``source``: the archive (re-verified, then extracted to :meth:`extract_dir`), the
-        ``top`` folder, or its parent. Unless ``replica``, the counts must equal
-        ``expected_counts``. Every listed image must exist. Nothing is written on failure.
+        ``source``: ``download.json`` (or its folder): every file is re-verified, archives
+        are extracted and other files linked into :meth:`extract_dir`; a single archive
+        (single-file datasets); an already-extracted copy (the ``top`` folder or its
+        parent); for a derived dataset, the base manifest's folder. Unless ``replica``, the
+        counts must equal ``expected_counts``, and files without a published checksum
+        then get one recorded in ``checksums.lock.json``.
         """
-        root = self.locate_root(source, data_root)
-        table = self.read_table(root)
+        if self.derived_from:
+            base = read_manifest(source)
+            table, root, unverified = self.derive(base), Path(base.meta["root"]), {}
+        else:
+            root, unverified = self.locate_root(source, data_root)
+            table = self.read_table(root)
         self.check_table(table, root, replica)
+        if not replica:
+            sources.ChecksumLock(data_root).record(unverified)
         meta = {"dataset": self.name, "root": str(root.resolve()), "levels": list(self.levels),
                 "protocol": self.protocol, "replica": replica, **self.extra_meta(table)}
+        if self.derived_from:
+            meta["derived_from"] = self.derived_from
         return write_manifest(manifest_dir, table, meta)
 
-    def locate_root(self, source: str | Path, data_root: str | Path) -> Path:
-        """The image root for ``source``, verifying and extracting an archive first."""
-        source = Path(source)
-        if source.is_file():
+    def locate_root(self, source: str | Path, data_root: str | Path) -> tuple[Path, dict[str, Path]]:
+        """The image root for ``source`` (see :meth:`prepare`), verifying and unpacking files first;
+        and the files still without a checksum (``{lock key: path}``)."""
+        source, unverified = Path(source), {}
+        if source.is_dir() and (source / DOWNLOAD_RECORD).is_file():
+            source = source / DOWNLOAD_RECORD
+        if source.name == DOWNLOAD_RECORD and source.is_file():
+            unverified = self.unpack(source, data_root)
+            source = self.extract_dir(data_root)
+        elif source.is_file():
             checksum = self.verify_archive(source)
             source = sources.extract(source, self.extract_dir(data_root), checksum=checksum)
         root = self.find_root(source)
         if root is None:
-            raise FileNotFoundError(f"no {self.top}/{self.marker} under {source}: expected the {self.archive} "
-                                    f"archive, the {self.top} folder or its parent")
-        return root
+            where = f"{self.top}/{self.marker}" if self.top else self.marker
+            raise FileNotFoundError(f"no {where} under {source}: expected {DOWNLOAD_RECORD}, "
+                                    f"an archive of {self.title}, or an already-extracted copy")
+        return root, unverified
+
+    def unpack(self, record_path: Path, data_root: str | Path) -> dict[str, Path]:
+        """Re-verify every file ``download.json`` lists, extract or link it into the tree; return
+        the files without a checksum yet."""
+        record = json.loads(record_path.read_text())
+        folder, tree, lock = record_path.parent, self.extract_dir(data_root), sources.ChecksumLock(data_root)
+        unverified = {}
+        with sources.file_lock(tree.with_name(f".{tree.name}.lock")):  # datasets sharing the tree take turns
+            for name, entry in record["files"].items():
+                unverified.update(self._unpack_one(folder, name, entry, tree, lock, record_path))
+        return unverified
+
+    @staticmethod
+    def _unpack_one(folder: Path, name: str, entry: dict, tree: Path, lock: sources.ChecksumLock,
+                    record_path: Path) -> dict[str, Path]:
+        """Re-verify one listed file and extract or link it; ``{lock key: path}`` when it has no checksum yet."""
+        path, key = folder / name, f"{folder.name}/{name}"
+        checksum = entry.get("checksum") or lock.get(key)
+        if checksum:
+            sources.reverify(path, checksum)
+        elif not path.is_file():
+            raise FileNotFoundError(f"{path} is listed in {record_path} but missing; download it again")
+        if entry.get("extract", True):
+            sources.extract(path, tree / entry.get("into", ""), checksum=checksum)
+        else:
+            sources.place(path, tree / entry.get("into", "") / Path(name).name)
+        return {} if checksum else {key: path}
 
     def find_root(self, directory: Path) -> Path | None:
         """The image root in ``directory`` (itself or its ``top`` folder holding ``marker``); None if absent."""
@@ -181,14 +356,15 @@ class Dataset:
         return None
 
     def verify_archive(self, archive: Path) -> str:
-        """Re-verify ``archive`` before it is extracted (again); return its checksum.
+        """Re-verify a single ``archive`` before it is extracted (again); return its checksum.
 
         The expected checksum is the one it was verified against at download (its
         ``.verified`` sidecar), else the one a generated replica states beside it
         (``.sha256``), else the dataset's. It is hashed only when its size or mtime changed
         since the last verification; a mismatch raises :class:`~rankrepro.data.sources.ChecksumError`.
         """
-        checksum = sources.recorded_checksum(archive) or self.checksum
+        files = self.source_files()
+        checksum = sources.recorded_checksum(archive) or (files[0].checksum if len(files) == 1 else None)
         if not checksum:
             raise ValueError(f"dataset {self.name!r}: no checksum known for {archive}")
         sources.reverify(archive, checksum)

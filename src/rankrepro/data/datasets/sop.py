@@ -20,10 +20,11 @@ import numpy as np
 import pandas as pd
 
 from rankrepro.data.datasets import DATASETS
-from rankrepro.data.datasets.base import Dataset
+from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_zip
 
 TOP = "Stanford_Online_Products"
+ARCHIVE = "Stanford_Online_Products.zip"
 SPLIT_FILES = {"train": "Ebay_train.txt", "test": "Ebay_test.txt"}
 INFO_FILE = "Ebay_info.txt"
 HEADER = ["image_id", "class_id", "super_class_id", "path"]
@@ -37,12 +38,11 @@ class SOP(Dataset):
     """Stanford Online Products; see the module docstring for the layout."""
 
     title = "SOP"
-    archive = "Stanford_Online_Products.zip"
     # Provenance: the original ftp://cs.stanford.edu/cs/cvgl/Stanford_Online_Products.zip is dead;
     # this Google Drive copy is the one pytorch-metric-learning 2.9 downloads (same md5).
-    url = ("https://drive.usercontent.google.com/download?id=1TclrpQOF_ullUP99wk_gjGN8pKvtErG8"
-           "&export=download&authuser=0&confirm=t")
-    checksum = "md5:7f73d41a2f44250d4779881525aea32e"
+    files = (SourceFile(ARCHIVE, url=("https://drive.usercontent.google.com/download?id=1TclrpQOF_ullUP99wk_gjGN8pKvtErG8"
+                                      "&export=download&authuser=0&confirm=t"),
+                        checksum="md5:7f73d41a2f44250d4779881525aea32e"),)
     top = TOP
     marker = SPLIT_FILES["train"]
     levels = ["class", "super_class"]
@@ -61,9 +61,9 @@ class SOP(Dataset):
     def extra_meta(self, table: pd.DataFrame) -> dict:
         return {"super_class_names": super_class_names(table)}
 
-    def make_replica(self, out_archive: str | Path, *, classes_per_super: int = 4,
-                     images_per_class: tuple[int, int] = (2, 5), image_size: int = 32, seed: int = 0) -> str:
-        """Write a Stanford Online Products replica zip; return its ``"sha256:<hex>"``.
+    def make_replica(self, out_dir: str | Path, *, classes_per_super: int = 4,
+                     images_per_class: tuple[int, int] = (2, 5), image_size: int = 32, seed: int = 0) -> list[str]:
+        """Write a Stanford Online Products replica zip into ``out_dir``; return its name.
 
         Each of the 12 super-classes gets ``classes_per_super`` products in train and
         as many in test; each product has between ``images_per_class[0]`` and
@@ -92,7 +92,8 @@ class SOP(Dataset):
             f"{TOP}/LICENSE": note,
             **images,
         }
-        return write_zip(out_archive, members)
+        write_zip(Path(out_dir) / ARCHIVE, members)
+        return [ARCHIVE]
 
 
 def read_split(root: Path, split: str) -> pd.DataFrame:

@@ -1,0 +1,124 @@
+"""What every registered dataset promises, checked on its generated replica through the real
+download (file://, checksum-verified) -> verify -> extract -> parse path.
+
+A dataset module adds itself here by being registered: nothing to list. Its own test file
+checks what is particular to it (columns, odd headers, level names, the real counts)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rankrepro.data import datasets, sources
+from rankrepro.data.manifest import META_JSON, level_columns
+from rankrepro.metrics.protocols import PROTOCOLS
+
+FILE_BASED = [n for n in datasets.names() if not datasets.load(n).derived_from]
+DERIVED = [n for n in datasets.names() if datasets.load(n).derived_from]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """{name: (manifest, data_root)}: each file-based dataset's replica, downloaded and prepared."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            tmp = tmp_path_factory.mktemp(name)
+            dataset = datasets.load(name)
+            dataset.write_replica(tmp / "replica")
+            record = dataset.download(tmp / "data", replica_dir=tmp / "replica")
+            cache[name] = (dataset.prepare(record, tmp / "manifest", data_root=tmp / "data", replica=True),
+                           tmp / "data")
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", FILE_BASED)
+def test_facts_are_json_and_complete(name):
+    dataset = datasets.load(name)
+    facts = dataset.facts()
+    assert facts == json.loads(json.dumps(facts))
+    assert facts["protocol"] in PROTOCOLS and facts["levels"] and facts["files"] >= 1
+    assert dataset.title and dataset.marker
+    files = dataset.source_files()
+    assert len({f.name for f in files}) == len(files)
+    for f in files:
+        assert f.url or dataset.manual, f"{name}: {f.name} has no url but the dataset is not manual"
+        if f.checksum:
+            sources.parse_checksum(f.checksum)
+    if dataset.manual:
+        assert dataset.how_to_get
+    for split, counts in dataset.expected_counts.items():
+        assert set(counts) <= {"images", *dataset.levels}, f"{name} expected_counts[{split}]"
+
+
+@pytest.mark.parametrize("name", FILE_BASED)
+def test_replica_goes_through_download_and_prepare(name, prepared):
+    manifest, _ = prepared(name)
+    dataset = datasets.load(name)
+    table = manifest.table
+    assert manifest.meta["dataset"] == name and manifest.meta["protocol"] == dataset.protocol
+    assert manifest.meta["levels"] == list(dataset.levels) and manifest.meta["replica"] is True
+    assert list(table.columns) == ["path", "split", *level_columns(len(dataset.levels))]
+    assert set(dataset.expected_counts) <= set(table["split"]), "every split of the real data is in the replica"
+    assert all(p.is_file() for p in manifest.paths())
+    for a, b in dataset.disjoint:
+        assert not set(table.loc[table.split == a, "label"]) & set(table.loc[table.split == b, "label"])
+
+
+@pytest.mark.parametrize("name", [n for n in FILE_BASED if len(datasets.load(n).levels) > 1])
+def test_every_fine_class_has_one_parent_per_level(name, prepared):
+    """Within each split (rows whose levels are all known: a DyML benchmark row knows one level)."""
+    manifest, _ = prepared(name)
+    columns = level_columns(manifest.n_levels)
+    known = manifest.table[(manifest.table[columns] >= 0).all(axis=1)]
+    assert len(known), f"{name}: no row knows all its levels"
+    for split, rows in known.groupby("split"):
+        for column in columns[1:]:
+            parents = rows.groupby("label")[column].nunique()
+            assert (parents == 1).all(), f"{name} {split}: fine classes with several {column}: {parents[parents > 1]}"
+
+
+@pytest.mark.parametrize("name", FILE_BASED)
+def test_replica_counts_are_refused_as_real(name, prepared, tmp_path):
+    """Without replica=True the published counts are enforced; nothing is written."""
+    dataset = datasets.load(name)
+    if not dataset.expected_counts:
+        pytest.skip(f"{name} states no counts")
+    _, data_root = prepared(name)
+    record = data_root / "downloads" / dataset.source_name / "download.json"
+    with pytest.raises(ValueError, match="expected .* found"):
+        dataset.prepare(record, tmp_path / "m", data_root=data_root)
+    assert not (tmp_path / "m" / META_JSON).exists()
+
+
+@pytest.mark.parametrize("name", FILE_BASED)
+def test_a_truncated_archive_is_a_clear_error_and_no_output(name, tmp_path):
+    dataset = datasets.load(name)
+    checksums = dataset.write_replica(tmp_path / "replica")
+    archives = [n for n in checksums if next((f for f in dataset.replica_files(tmp_path / "replica")
+                                              if f.name == n)).extract]
+    if not archives:
+        pytest.skip(f"{name} has no archive")
+    victim = tmp_path / "replica" / archives[0]
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    with pytest.raises(sources.ChecksumError, match=archives[0].split("/")[-1]):
+        dataset.download(tmp_path / "data", replica_dir=tmp_path / "replica")
+    assert not (tmp_path / "data" / "downloads" / dataset.source_name / "download.json").exists()
+    # the same truncated archive, its checksum stated as if it were whole: extraction fails clearly
+    (tmp_path / "replica" / "replica.json").write_text(json.dumps(
+        {"dataset": name, "files": {**checksums, archives[0]: "sha256:" + sources.file_digest(victim, "sha256")}}))
+    record = dataset.download(tmp_path / "data2", replica_dir=tmp_path / "replica")
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        dataset.prepare(record, tmp_path / "m", data_root=tmp_path / "data2", replica=True)
+    assert not (tmp_path / "m" / META_JSON).exists()
+
+
+@pytest.mark.parametrize("name", FILE_BASED)
+def test_replica_is_deterministic(name, tmp_path):
+    dataset = datasets.load(name)
+    assert dataset.write_replica(tmp_path / "a") == dataset.write_replica(tmp_path / "b")
