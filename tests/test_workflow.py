@@ -4,6 +4,7 @@ and the demo profile end to end on a copy of the workflow."""
 import json
 import os
 import sqlite3
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,10 +59,33 @@ def test_slurm_profile_dry_run(tmp_path):
 
 def test_extracted_copy_skips_the_download(tmp_path):
     result = smk(workflow_copy(tmp_path), "-n", "--cores", "1", "--config",
-                 'datasets={"sop": {"extracted": "/data/Stanford_Online_Products"}}')
+                 'datasets={"sop": {"extracted": "/data/Stanford_Online_Products"}}', "--",
+                 "results/manifests/sop/meta.json")
     assert result.returncode == 0, result.stderr
     jobs = _jobs(result.stdout)
     assert "download" not in jobs and jobs["prepare"] == 1
+
+
+def test_the_full_config_downloads_and_prepares_every_dataset(tmp_path):
+    """config.yaml lists every dataset: one download per source (variants share theirs), one
+    prepare per dataset; a derived dataset is prepared from its base's manifest."""
+    import yaml
+
+    from rankrepro.data import datasets
+
+    wf = workflow_copy(tmp_path)
+    listed = yaml.safe_load((wf / "config.yaml").read_text())["datasets"]
+    assert sorted(listed) == datasets.names()
+    result = smk(wf, "-n", "--cores", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    sources = {datasets.load(n).source_name for n in datasets.names() if not datasets.load(n).derived_from}
+    downloads = set(re.findall(r"output: data/downloads/([a-z0-9_]+)/download\.json", result.stdout))
+    prepared = set(re.findall(r"output: results/manifests/([a-z0-9_]+)/manifest\.csv", result.stdout))
+    assert downloads == sources and prepared == set(datasets.names())
+    for name in ("sop_merge3", "vehicleid_merge3"):
+        job = result.stdout[result.stdout.index(f"output: results/manifests/{name}/manifest.csv") - 300:]
+        base = datasets.load(name).derived_from
+        assert f"input: results/manifests/{base}/meta.json" in job.split("rule ")[1]
 
 
 @pytest.mark.parametrize("bad, key", [

@@ -53,10 +53,26 @@ def _threads(n: int | None) -> None:
         torch.set_num_threads(n)
 
 
+def _image_cache(path: str | None) -> None:
+    if path:
+        from rankrepro.data.images import use_image_cache
+
+        use_image_cache(path)
+
+
+def cmd_cache(args) -> None:
+    from rankrepro.data.cache import build_cache
+
+    record = build_cache(args.manifest, args.size, args.out, quality=args.quality, workers=args.workers,
+                         progress=not args.no_progress)
+    print(json.dumps(record))
+
+
 def cmd_train(args) -> None:
     from rankrepro.engine.train import train
 
     _threads(args.threads)
+    _image_cache(args.image_cache)
     run_path = Path(args.run)
     train(_json(args.run), args.manifest, run_path.parent, device=args.device, num_workers=args.num_workers,
           run_id=run_path.parent.name, progress=not args.no_progress)
@@ -66,6 +82,7 @@ def cmd_evaluate(args) -> None:
     from rankrepro.engine.evaluate import evaluate
 
     _threads(args.threads)
+    _image_cache(args.image_cache)
     result = evaluate(_json(args.run), args.manifest, args.model, args.out, device=args.device,
                       num_workers=args.num_workers, batch_size=args.batch_size, run_id=Path(args.run).parent.name,
                       progress=not args.no_progress)
@@ -176,11 +193,23 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--num-workers", type=int, default=0)
         p.add_argument("--threads", type=int, default=None)
         p.add_argument("--no-progress", action="store_true")
+        p.add_argument("--image-cache", help="a resized image cache folder (python -m rankrepro cache), read when "
+                       "it matches the manifest and the transform; else the originals, with a warning")
         p.set_defaults(func=func)
         if name == "evaluate":
             p.add_argument("--model", required=True)
             p.add_argument("--out", required=True)
             p.add_argument("--batch-size", type=int, default=256)
+
+    p = sub.add_parser("cache", help="write a manifest's images with the shorter side resized to --size "
+                       "(JPEG q95; resumable; cache.json last)")
+    p.add_argument("--manifest", required=True, help="manifest directory")
+    p.add_argument("--size", type=int, required=True, help="shorter side S (images already <= S are copied)")
+    p.add_argument("--out", required=True, help="cache folder, e.g. results/cache/<dataset>/s<S>")
+    p.add_argument("--quality", type=int, default=95)
+    p.add_argument("--workers", type=int, default=1, help="processes")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_cache)
 
     p = sub.add_parser("table", help="render a paper table (paper vs ours)")
     p.add_argument("--plan", required=True, help="the table's plan: results/plan/tables/<paper>/<table>.json")
@@ -217,10 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_track)
 
     p = sub.add_parser("bench", help="benchmarks that write results/bench/<what>.md")
-    p.add_argument("what", choices=["losses", "metrics", "plan"])
+    p.add_argument("what", choices=["losses", "metrics", "plan", "pipeline"])
     p.add_argument("--out", default="results/bench")
     p.add_argument("--device", help="cpu or cuda (metrics: default cpu, writes metrics-cuda.md on cuda; "
-                   "losses: default every device present)")
+                   "losses: default every device present; pipeline: default cuda when present, "
+                   "cpu skips the GPU rows)")
     p.set_defaults(func=cmd_bench)
     return parser
 

@@ -141,11 +141,13 @@ def table_plan(wildcards):
     return f"{PLAN_DIR}/tables/{wildcards.paper}/{wildcards.table}.json"
 
 
-def table_metrics(wildcards):
+def table_inputs(wildcards):
+    """The table's runs' metrics.json, and the manifests a dataset statistics table counts."""
     table = PLAN["tables"].get(f"{wildcards.paper}/{wildcards.table}")
     if table is None:
         raise WorkflowError(f"table {wildcards.paper}/{wildcards.table} is not in config.yaml's tables")
-    return [f"results/runs/{rid}/metrics.json" for rid in table["runs"]]
+    return [f"results/runs/{rid}/metrics.json" for rid in table["runs"]] + [
+        manifest_meta(name) for name in table.get("datasets", [])]
 
 
 def table_outputs():
@@ -161,3 +163,50 @@ def track_inputs():
     for rid in RUNS:
         files += [f"results/runs/{rid}/{name}" for name in ("run.json", "history.csv", "metrics.json")]
     return files + [f"results/tables/{key}.md" for key in PLAN["tables"]]
+
+
+# -- the resized image cache (workflow/rules/cache.smk; src/rankrepro/data/cache.py) ---------------
+
+
+def run_cache_size(run):
+    """The shorter side S of the run's image cache: its images.train_resize when that is an int
+    (a squash pair or null: no cache, the run reads the originals)."""
+    size = run["images"]["train_resize"]
+    if isinstance(size, list) and len(size) == 1:
+        size = size[0]
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def run_image_cache_dir(wildcards, stage):
+    """results/cache/<dataset>/s<S> when runtime.image_cache is on and the run's ``stage`` (train or
+    evaluate) transform reads that cache (its first resize: rankrepro.data.cache.resize_uses_cache), else None."""
+    from rankrepro.data.cache import resize_uses_cache
+
+    run = run_of(wildcards)
+    size = run_cache_size(run)
+    if not RUNTIME.get("image_cache", True) or size is None:
+        return None
+    resize = run["images"]["train_resize" if stage == "train" else "test_resize"]
+    return f"results/cache/{run['dataset']}/s{size}" if resize_uses_cache(resize, size) else None
+
+
+def run_train_cache(wildcards):
+    """The cache.json the training job waits for (none: it reads the originals)."""
+    folder = run_image_cache_dir(wildcards, "train")
+    return [f"{folder}/cache.json"] if folder else []
+
+
+def run_eval_cache(wildcards):
+    folder = run_image_cache_dir(wildcards, "evaluate")
+    return [f"{folder}/cache.json"] if folder else []
+
+
+def run_train_cache_args(wildcards):
+    """``--image-cache <folder>`` for the training command, as a list (each element quoted by the rule)."""
+    folder = run_image_cache_dir(wildcards, "train")
+    return ["--image-cache", folder] if folder else []
+
+
+def run_eval_cache_args(wildcards):
+    folder = run_image_cache_dir(wildcards, "evaluate")
+    return ["--image-cache", folder] if folder else []

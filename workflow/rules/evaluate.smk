@@ -7,6 +7,7 @@ rule evaluate:
         run="results/runs/{run_id}/run.json",
         model="results/runs/{run_id}/model.pt",
         manifest=run_manifest,
+        cache=ancient(run_eval_cache),
     output:
         "results/runs/{run_id}/metrics.json",
     params:
@@ -14,6 +15,7 @@ rule evaluate:
         device=RUNTIME["device"],
         workers=RUNTIME["num_workers"],
         batch_size=RUNTIME["eval_batch_size"],
+        cache=run_eval_cache_args,
     log:
         "results/logs/evaluate/{run_id}.log",
     conda:
@@ -26,4 +28,4 @@ rule evaluate:
     shell:
         "python -m rankrepro evaluate --run {input.run:q} --model {input.model:q} --manifest {params.manifest:q}"
         " --out {output:q} --device {params.device:q} --num-workers {params.workers:q}"
-        " --batch-size {params.batch_size:q} --threads {threads:q} > {log:q} 2>&1"
+        " --batch-size {params.batch_size:q} --threads {threads:q} {params.cache:q} > {log:q} 2>&1"

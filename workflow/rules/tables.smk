@@ -5,7 +5,7 @@
 rule table:
     input:
         plan=table_plan,
-        metrics=table_metrics,
+        inputs=table_inputs,
     output:
         md="results/tables/{paper}/{table}.md",
         csv="results/tables/{paper}/{table}.csv",

@@ -19,6 +19,7 @@ rule train:
     input:
         run="results/runs/{run_id}/run.json",
         manifest=run_manifest,
+        cache=ancient(run_train_cache),  # a rebuilt cache does not retrain a finished run
     output:
         model="results/runs/{run_id}/model.pt",
         history="results/runs/{run_id}/history.csv",
@@ -26,6 +27,7 @@ rule train:
         manifest=run_manifest_dir,
         device=RUNTIME["device"],
         workers=RUNTIME["num_workers"],
+        cache=run_train_cache_args,
     log:
         "results/logs/train/{run_id}.log",
     conda:
@@ -37,4 +39,4 @@ rule train:
         runtime=48 * 60,
     shell:
         "python -m rankrepro train --run {input.run:q} --manifest {params.manifest:q} --device {params.device:q}"
-        " --num-workers {params.workers:q} --threads {threads:q} > {log:q} 2>&1"
+        " --num-workers {params.workers:q} --threads {threads:q} {params.cache:q} > {log:q} 2>&1"

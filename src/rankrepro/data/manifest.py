@@ -85,9 +85,9 @@ class Manifest:
         return [self.root / p for p in self.table["path"]]
 
     def counts(self) -> dict:
-        """Images and finest classes per split."""
+        """Images and finest classes per split (a label unknown at the finest level, -1, is no class)."""
         return {
-            split: {"images": int(len(rows)), "classes": int(rows["label"].nunique())}
+            split: {"images": int(len(rows)), "classes": int(rows.loc[rows["label"] >= 0, "label"].nunique())}
             for split, rows in self.table.groupby("split", sort=True)
         }
 

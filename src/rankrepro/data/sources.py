@@ -22,7 +22,6 @@ import os
 import shutil
 import sys
 import tarfile
-import tempfile
 import time
 import zipfile
 import zlib

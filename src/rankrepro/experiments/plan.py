@@ -21,6 +21,11 @@ A cell whose setup, dataset or loss is *planned* but not implemented yet
 (``experiments/planned.yaml``) is pending: the table shows the paper number alone. A
 name that is neither registered nor planned is an error.
 
+A spec of ``kind: dataset_statistics`` (e.g. a paper's dataset table) has no runs: cell
+(row, column) is a statistic of the row's dataset split, computed from the dataset's
+manifest when the table is rendered (:mod:`rankrepro.tables.render`). Its datasets are
+prepared like the runs' datasets; a planned one makes the row pending.
+
 The **plan** (:func:`make_plan`) holds the runs, each table's cells and the datasets the
 DAG prepares; :func:`write_plan` writes it under ``results/plan/`` (a file is rewritten
 only when its content changes, so Snakemake's mtimes stay put).
@@ -41,7 +46,8 @@ import yaml
 from rankrepro import catalog as catalog_mod
 from rankrepro.registry import ParameterError, check_parameters
 
-__all__ = ["PlanError", "Planner", "SCHEMA_DIR", "load_setups", "load_spec", "spec_names", "resolve_run",
+__all__ = ["PlanError", "Planner", "SCHEMA_DIR", "STATISTICS", "load_setups", "load_spec", "spec_names",
+           "spec_kind", "row_label", "resolve_run",
            "run_id", "make_plan", "plan_from_config", "write_plan", "deep_merge", "canonical_json"]
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "workflow" / "schemas"
@@ -343,6 +349,18 @@ def setup_layers(name: str, setups: dict[str, Setup]) -> list[tuple[str, dict]]:
 
 
 SPECS_DIR = Path(str(resources.files("rankrepro.tables").joinpath("specs")))
+#: the kind of a spec whose cells are computed from dataset manifests instead of runs
+STATISTICS = "dataset_statistics"
+
+
+def spec_kind(spec: dict) -> str:
+    """``runs`` (the default) or :data:`STATISTICS`."""
+    return spec.get("kind", "runs")
+
+
+def row_label(row: dict) -> str:
+    """How a row is named in messages and tables: a run row's method, a statistics row's name."""
+    return row["method"] if "method" in row else row["name"]
 
 
 def spec_names(specs_dir: str | Path = SPECS_DIR) -> list[tuple[str, str]]:
@@ -362,10 +380,12 @@ def load_spec(paper: str, table: str, schemas: Schemas | None = None, specs_dir:
     validate(spec, schemas.table, where)
     if (spec["paper"], spec["table"]) != (paper, table):
         raise PlanError(f"{where}: paper/table say {spec['paper']}/{spec['table']}, the file is {paper}/{table}")
+    if spec_kind(spec) == STATISTICS and "seeds" in spec:
+        raise PlanError(f"{where}: seeds: a {STATISTICS} table has no runs to seed")
     for r, row in enumerate(spec["rows"]):
         if len(row["paper"]) != len(spec["columns"]):
             raise PlanError(f"{where}: rows[{r}].paper: {len(row['paper'])} numbers for "
-                            f"{len(spec['columns'])} columns ({row['method']!r})")
+                            f"{len(spec['columns'])} columns ({row_label(row)!r})")
         if "run" in row:
             validate(row["run"], schemas.partial_run, where, prefix=("rows", r, "run"))
     for c, column in enumerate(spec["columns"]):
@@ -385,6 +405,17 @@ class Cell:
     metric: str
     run_ids: list[str] = field(default_factory=list)
     pending: str | None = None  # why no run exists (yet)
+
+
+@dataclass
+class StatisticsCell:
+    """A cell of a ``dataset_statistics`` table: ``statistic`` of ``dataset``'s ``splits`` (pooled)."""
+    row: int
+    column: int
+    statistic: str
+    dataset: str
+    splits: list[str]
+    pending: str | None = None  # why the dataset has no manifest (yet)
 
 
 def load_planned(path: Path = PLANNED_FILE) -> dict:
@@ -441,6 +472,29 @@ class Planner:
             raise PlanError(f"{where}: unknown loss {loss!r}; registered: {', '.join(sorted(self.catalog['loss']))}")
         return None
 
+    def dataset_pending(self, dataset: str, where: str) -> str | None:
+        """Why ``dataset`` has no manifest yet (planned), None when it is registered; unknown names fail."""
+        if dataset in self.catalog["dataset"]:
+            return None
+        if dataset in self.planned["datasets"]:
+            return f"dataset {dataset} not implemented yet"
+        raise PlanError(f"{where}: unknown dataset {dataset!r}; registered: "
+                        f"{', '.join(sorted(self.catalog['dataset']))}; planned: "
+                        f"{', '.join(sorted(self.planned['datasets']))}")
+
+    def plan_statistics(self, spec: dict) -> tuple[list[StatisticsCell], list[str]]:
+        """The cells of a ``dataset_statistics`` table and the datasets whose manifests they need."""
+        where = spec.get("_file", f"{spec['paper']}/{spec['table']}")
+        cells, datasets = [], set()
+        for r, row in enumerate(spec["rows"]):
+            pending = self.dataset_pending(row["dataset"], f"{where}: rows[{r}].dataset")
+            if pending is None:
+                datasets.add(row["dataset"])
+            splits = [row["split"]] if isinstance(row["split"], str) else list(row["split"])
+            for c, column in enumerate(spec["columns"]):
+                cells.append(StatisticsCell(r, c, column["statistic"], row["dataset"], splits, pending))
+        return cells, sorted(datasets)
+
     def plan_table(self, spec: dict) -> tuple[list[Cell], dict]:
         """The cells of a table and the runs ``{run_id: run}`` they need."""
         cells, runs = [], {}
@@ -478,9 +532,12 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
               synthetic: dict | None = None, **planner_kw) -> dict:
     """The plan of the config's ``tables`` ({paper: [table, ...]}), ``run_overrides`` and ``datasets``.
 
-    ``{"runs": {id: run}, "tables": {"paper/table": {"paper", "table", "spec", "cells"}},
+    ``{"runs": {id: run}, "tables": {"paper/table": {"paper", "table", "spec", "cells", "runs"}},
     "datasets": {name: {"facts": ..., "config": ...}}, "synthetic": {"names", "scale", "seed"}}``
-    (``synthetic``: the config's results that need no dataset, :mod:`rankrepro.synthetic`)."""
+    (``synthetic``: the config's results that need no dataset, :mod:`rankrepro.synthetic`).
+    A ``dataset_statistics`` table has no runs; its entry adds ``"datasets"`` (those whose
+    manifests its cells read, planned with the runs' datasets) and ``"spec_file"`` (for
+    errors found when rendering)."""
     if setups_dir is not None and "setups" not in planner_kw:
         planner_kw["setups"] = load_setups(setups_dir, planner_kw.get("schemas"))
     planner = Planner(overrides, **planner_kw)
@@ -492,15 +549,23 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
                             f"{', '.join(sorted(planner.catalog['dataset']))}")
     runs: dict = {}
     tables_out: dict = {}
+    statistics_datasets: set[str] = set()
     for paper, names in tables.items():
         for table in names:
             spec = load_spec(paper, table, planner.schemas, specs_dir)
-            cells, table_runs = planner.plan_table(spec)
-            runs.update(table_runs)
-            tables_out[f"{paper}/{table}"] = {
-                "paper": paper, "table": table, "spec": {k: v for k, v in spec.items() if k != "_file"},
-                "cells": [asdict(cell) for cell in cells], "runs": sorted(table_runs)}
-    datasets = plan_datasets({run["dataset"] for run in runs.values()}, datasets_config, planner.catalog["dataset"])
+            entry = {"paper": paper, "table": table, "spec": {k: v for k, v in spec.items() if k != "_file"}}
+            if spec_kind(spec) == STATISTICS:
+                cells, table_datasets = planner.plan_statistics(spec)
+                statistics_datasets.update(table_datasets)
+                entry.update(cells=[asdict(cell) for cell in cells], runs=[], datasets=table_datasets,
+                             spec_file=spec["_file"])
+            else:
+                cells, table_runs = planner.plan_table(spec)
+                runs.update(table_runs)
+                entry.update(cells=[asdict(cell) for cell in cells], runs=sorted(table_runs))
+            tables_out[f"{paper}/{table}"] = entry
+    datasets = plan_datasets({run["dataset"] for run in runs.values()} | statistics_datasets, datasets_config,
+                             planner.catalog["dataset"])
     synthetic = {"names": [], "scale": "paper", "seed": 0, **(synthetic or {})}
     for name in synthetic["names"]:
         if name not in planner.catalog["synthetic"]:
@@ -525,6 +590,9 @@ def plan_datasets(used: set[str], datasets_config: dict, catalog: dict) -> dict:
     by_source: dict[str, list[str]] = {}
     for name, entry in datasets.items():
         facts, cfg = entry["facts"], entry["config"]
+        if facts["derived_from"] and cfg != default_cfg:
+            raise PlanError(f"config datasets.{name}: {name} is derived from {facts['derived_from']} and has no "
+                            f"files of its own; set replica/extracted/url/checksum on datasets.{facts['derived_from']}")
         if (cfg["url"] or cfg["checksum"]) and facts["files"] != 1:
             raise PlanError(f"config datasets.{name}: url/checksum override a single file, but {name} has "
                             f"{facts['files']} source files; point datasets.{name}.extracted to a copy instead")

@@ -1,7 +1,14 @@
 """Render a table spec with the paper's numbers beside ours, to Markdown, CSV and LaTeX.
 
-Ours is the mean over the cell's runs (seeds) of the metric in percent, with
+Run tables: ours is the mean over the cell's runs (seeds) of the metric in percent, with
 ``± std`` when there are several; the difference is ours − paper.
+
+Dataset statistics tables (``kind: dataset_statistics``): ours is counted from the
+dataset's manifest (``<manifests_dir>/<dataset>/meta.json``, whose ``counts`` hold the
+images and distinct finest labels of every split): ``images``, ``classes`` and
+``images_per_class`` (rounded half up to one decimal, as papers print it). A row that
+pools several splits sums them: the rows, and the distinct (split, label) pairs, so a
+pooled value equals the sum of the splits' values (as papers sum VehicleID's test lists).
 """
 
 from __future__ import annotations
@@ -10,12 +17,20 @@ import csv
 import io
 import json
 import statistics
+from fractions import Fraction
 from pathlib import Path
 
 from rankrepro.io import atomic_write_text
 
 REPLICA_NOTE = ("Numbers under 'ours' come from generated replicas of the datasets (demo profile: tiny images, "
                 "tiny backbone, random initialisation); they are meaningless as results.")
+STATISTICS_REPLICA_NOTE = ("Numbers under 'ours' are counted from generated replicas of the datasets (demo "
+                           "profile), not from the real files; they are meaningless as results.")
+STATISTICS = "dataset_statistics"  # the spec kind (rankrepro.experiments.plan.STATISTICS)
+
+
+class TableError(ValueError):
+    """A spec that does not fit the files it is rendered from; the message names the spec file and row."""
 
 
 def cell_values(cells: list[dict], runs_dir: str | Path) -> tuple[dict, bool]:
@@ -132,9 +147,176 @@ def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(table_plan: dict, runs_dir: str | Path, out_prefix: str | Path) -> list[dict]:
+# ---------------------------------------------------------------------- dataset statistics
+
+
+def split_counts(manifest_dir: str | Path) -> tuple[dict, bool]:
+    """``{split: {"images", "classes"}}`` of a manifest (its meta.json's ``counts``; counted from
+    manifest.csv when meta.json has none) and whether it is a generated replica."""
+    manifest_dir = Path(manifest_dir)
+    meta_path = manifest_dir / "meta.json"
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"{meta_path} not found: prepare the dataset first (snakemake {meta_path})")
+    meta = json.loads(meta_path.read_text())
+    counts = meta.get("counts")
+    if counts is None:
+        from rankrepro.data.manifest import read_manifest
+
+        counts = read_manifest(manifest_dir).counts()
+    return counts, bool(meta.get("replica"))
+
+
+def images_per_class(images: int, classes: int) -> float | None:
+    """``images / classes`` rounded half up to one decimal (exactly, on the fraction)."""
+    if not classes:
+        return None
+    tenths = Fraction(images * 10, classes)
+    return float(int(tenths + Fraction(1, 2))) / 10
+
+
+def split_statistics(counts: dict, splits: list[str]) -> dict:
+    """images, classes and images_per_class of ``splits`` pooled: sums over the splits (rows, and
+    distinct (split, label) pairs)."""
+    images = sum(int(counts[s]["images"]) for s in splits)
+    classes = sum(int(counts[s]["classes"]) for s in splits)
+    return {"images": images, "classes": classes, "images_per_class": images_per_class(images, classes)}
+
+
+def statistics_values(table_plan: dict, manifests_dir: str | Path) -> tuple[dict, bool]:
+    """{row: {statistic: value}} of a dataset statistics table's non-pending rows, and whether
+    any manifest is a replica. A split the manifest lacks fails naming the spec file and row."""
+    spec, where = table_plan["spec"], table_plan.get("spec_file", f"{table_plan['paper']}/{table_plan['table']}")
+    values, replica, manifests = {}, False, {}
+    for cell in table_plan["cells"]:
+        if cell["pending"] or cell["row"] in values:
+            continue
+        dataset, splits, r = cell["dataset"], cell["splits"], cell["row"]
+        if dataset not in manifests:
+            manifests[dataset] = split_counts(Path(manifests_dir) / dataset)
+        counts, is_replica = manifests[dataset]
+        replica |= is_replica
+        missing = [s for s in splits if s not in counts]
+        if missing:
+            raise TableError(f"{where}: rows[{r}].split ({spec['rows'][r]['name']}): the manifest of {dataset} "
+                             f"({Path(manifests_dir) / dataset / 'meta.json'}) has no split "
+                             f"{', '.join(map(repr, missing))}; its splits: {', '.join(sorted(counts))}")
+        values[r] = split_statistics(counts, splits)
+    return values, replica
+
+
+def _diff_value(ours, paper):
+    if ours is None or paper is None:
+        return None
+    return ours - paper if isinstance(ours, int) and float(paper).is_integer() else round(ours - paper, 2)
+
+
+def statistics_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
+    """One dict per (row, column): name, dataset, splits, column, statistic, paper, ours, diff, status."""
+    out = []
+    by_pos = {(c["row"], c["column"]): c for c in cells}
+    for r, row in enumerate(spec["rows"]):
+        for c, column in enumerate(spec["columns"]):
+            cell = by_pos[(r, c)]
+            paper = row["paper"][c]
+            if isinstance(paper, float) and paper.is_integer() and column["statistic"] != "images_per_class":
+                paper = int(paper)
+            ours = values[r][column["statistic"]] if r in values else None
+            out.append({
+                "name": row["name"], "dataset": row["dataset"], "splits": "+".join(cell["splits"]),
+                "column": _column_title(column), "statistic": column["statistic"],
+                "paper": paper, "ours": ours, "diff": _diff_value(ours, paper),
+                "status": "ours" if ours is not None else (cell["pending"] or "missing"),
+            })
+    return out
+
+
+def _stat(value, statistic: str, sign: bool = False) -> str:
+    if value is None:
+        return ""
+    if statistic == "images_per_class" or not float(value).is_integer():
+        return f"{value:+.1f}" if sign else f"{value:.1f}"
+    return f"{int(value):+,}" if sign else f"{int(value):,}"
+
+
+def _stat_parts(entry: dict) -> list[str]:
+    ours = "—" if entry["ours"] is None else _stat(entry["ours"], entry["statistic"])
+    return [_stat(entry["paper"], entry["statistic"]), ours, _stat(entry["diff"], entry["statistic"], sign=True)]
+
+
+def _column_title(column: dict) -> str:
+    return f"{column.get('group', '')} {column['header']}".strip()
+
+
+def statistics_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
+    ncol = len(spec["columns"])
+    header = ["Dataset", "Manifest splits"] + [f"{_column_title(c)} {part}" for c in spec["columns"]
+                                               for part in ("paper", "ours", "Δ")]
+    lines = [f"# {spec['paper']} {spec['table']}: {spec['caption']}", "",
+             f"Source: {spec['source']}. Paper numbers beside ours, counted from the dataset manifests "
+             "(results/manifests/<dataset>/); pooled splits (a + b) are summed; Δ = ours − paper; "
+             "— = no manifest yet (see notes).", ""]
+    if replica:
+        lines += [f"> **Replica data.** {STATISTICS_REPLICA_NOTE}", ""]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    notes = []
+    for r, row in enumerate(spec["rows"]):
+        entries = rows[r * ncol:(r + 1) * ncol]
+        splits = " + ".join(entries[0]["splits"].split("+"))
+        cells = [row["name"], f"{row['dataset']}: {splits}"] + [part for e in entries for part in _stat_parts(e)]
+        lines.append("| " + " | ".join(cells) + " |")
+        notes += sorted({e["status"] for e in entries if e["status"] != "ours"})
+    if notes:
+        lines += ["", "Notes:"] + [f"- {n}" for n in dict.fromkeys(notes)]
+    return "\n".join(lines) + "\n"
+
+
+def statistics_latex(spec: dict, rows: list[dict], replica: bool) -> str:
+    ncol = len(spec["columns"])
+    caption = _tex_escape(spec["caption"]) + (r" \emph{Replica data: ours is meaningless.}" if replica else "")
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{caption}}}",
+             r"\begin{tabular}{ll" + "rrr" * ncol + "}", r"\toprule"]
+    if any(c.get("group") for c in spec["columns"]):
+        lines.append(" & & " + " & ".join(rf"\multicolumn{{3}}{{c}}{{{_tex_escape(c.get('group', ''))}}}"
+                                           for c in spec["columns"]) + r" \\")
+    lines += ["Dataset & Splits & " + " & ".join(rf"\multicolumn{{3}}{{c}}{{{_tex_escape(c['header'])}}}"
+                                                 for c in spec["columns"]) + r" \\",
+              " & & " + " & ".join(["paper & ours & $\\Delta$"] * ncol) + r" \\", r"\midrule"]
+    for r, row in enumerate(spec["rows"]):
+        entries = rows[r * ncol:(r + 1) * ncol]
+        parts = [_tex_escape(row["name"]), _tex_escape(" + ".join(entries[0]["splits"].split("+")))]
+        for e in entries:
+            paper, ours, diff = _stat_parts(e)
+            parts += [paper, "--" if e["ours"] is None else ours, diff]
+        lines.append(" & ".join(parts) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def render_statistics(table_plan: dict, manifests_dir: str | Path, out_prefix: str | Path) -> list[dict]:
+    """Write a dataset statistics table (see the module docstring); return its entries."""
+    spec, cells = table_plan["spec"], table_plan["cells"]
+    values, replica = statistics_values(table_plan, manifests_dir)
+    rows = statistics_rows(spec, cells, values)
+    out_prefix = Path(out_prefix)
+    atomic_write_text(out_prefix.with_suffix(".md"), statistics_markdown(spec, rows, replica))
+    atomic_write_text(out_prefix.with_suffix(".csv"), to_csv(rows, replica))
+    atomic_write_text(out_prefix.with_suffix(".tex"), statistics_latex(spec, rows, replica))
+    return rows
+
+
+# ------------------------------------------------------------------------------- render
+
+
+def render(table_plan: dict, runs_dir: str | Path, out_prefix: str | Path,
+           manifests_dir: str | Path | None = None) -> list[dict]:
     """Write ``<out_prefix>.md``, ``.csv`` and ``.tex`` from a table's plan (``results/plan/tables/<paper>/<table>.json``:
-    the spec and its cells, see :func:`rankrepro.experiments.plan.make_plan`); return the table's entries."""
+    the spec and its cells, see :func:`rankrepro.experiments.plan.make_plan`); return the table's entries.
+
+    A dataset statistics table reads ``<manifests_dir>/<dataset>/meta.json`` (default: ``manifests``
+    beside ``runs_dir``, i.e. ``results/manifests`` for ``results/runs``)."""
+    if table_plan["spec"].get("kind", "runs") == STATISTICS:
+        manifests_dir = Path(runs_dir).parent / "manifests" if manifests_dir is None else manifests_dir
+        return render_statistics(table_plan, manifests_dir, out_prefix)
     spec, cells = table_plan["spec"], table_plan["cells"]
     values, replica = cell_values(cells, runs_dir)
     rows = table_rows(spec, cells, values)

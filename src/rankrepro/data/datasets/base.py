@@ -43,13 +43,13 @@ Nothing here imports torch: the planner reads :meth:`Dataset.facts` cheaply.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from rankrepro.data import sources
-from rankrepro.data.manifest import Manifest, level_columns, read_manifest, write_manifest
+from rankrepro.data.manifest import MANIFEST_CSV, META_JSON, Manifest, level_columns, read_manifest, write_manifest
 from rankrepro.io import atomic_write_json
 
 DOWNLOAD_RECORD = "download.json"
@@ -288,7 +288,7 @@ class Dataset:
         then get one recorded in ``checksums.lock.json``.
         """
         if self.derived_from:
-            base = read_manifest(source)
+            base = self.read_base(source, replica)
             table, root, unverified = self.derive(base), Path(base.meta["root"]), {}
         else:
             root, unverified = self.locate_root(source, data_root)
@@ -301,6 +301,21 @@ class Dataset:
         if self.derived_from:
             meta["derived_from"] = self.derived_from
         return write_manifest(manifest_dir, table, meta)
+
+    def read_base(self, folder: str | Path, replica: bool) -> Manifest:
+        """The manifest of :attr:`derived_from` in ``folder``: a clear error when it is not there
+        (prepare the base first), or when it is a generated replica and ``replica`` is not set."""
+        folder = Path(folder)
+        missing = [name for name in (MANIFEST_CSV, META_JSON) if not (folder / name).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{self.title}: no manifest of {self.derived_from!r} in {folder} (missing "
+                                    f"{', '.join(missing)}); prepare {self.derived_from!r} first and pass its "
+                                    "manifest folder as the source")
+        base = read_manifest(folder)
+        if base.meta.get("replica") and not replica:
+            raise ValueError(f"{self.title}: the base manifest {folder} is a generated replica; "
+                             "pass replica=True (--replica)")
+        return base
 
     def locate_root(self, source: str | Path, data_root: str | Path) -> tuple[Path, dict[str, Path]]:
         """The image root for ``source`` (see :meth:`prepare`), verifying and unpacking files first;
@@ -345,7 +360,9 @@ class Dataset:
         if entry.get("extract", True):
             sources.extract(path, tree / entry.get("into", ""), checksum=checksum)
         else:
-            sources.place(path, tree / entry.get("into", "") / Path(name).name)
+            into = tree / entry.get("into", "")
+            (into / sources.EXTRACTED_MARKER).mkdir(parents=True, exist_ok=True)  # ours: archives may extract here too
+            sources.place(path, into / Path(name).name)
         return {} if checksum else {key: path}
 
     def find_root(self, directory: Path) -> Path | None:

@@ -1,0 +1,28 @@
+# The resized image cache of a dataset: results/cache/<dataset>/s<S>/, the manifest's images with
+# the shorter side resized to S (a run's images.train_resize), JPEG q95, the same relative paths;
+# cache.json is written last (an interrupted job resumes, skipping the images already written).
+# Only with runtime.image_cache: true (the default); training and evaluation read it when it
+# matches their manifest and transform (src/rankrepro/data/cache.py), else the originals.
+
+
+rule image_cache:
+    input:
+        manifest=lambda wildcards: manifest_meta(wildcards.dataset),
+    output:
+        "results/cache/{dataset}/s{size}/cache.json",
+    params:
+        manifest="results/manifests/{dataset}",
+        out="results/cache/{dataset}/s{size}",
+    wildcard_constraints:
+        size="[1-9][0-9]*",
+    log:
+        "results/logs/image_cache/{dataset}-s{size}.log",
+    conda:
+        "../../envs/train.yaml"  # torchvision: the very resize the pipeline applies
+    threads: 8
+    resources:
+        mem_mb=8000,
+        runtime=4 * 60,
+    shell:
+        "python -m rankrepro cache --manifest {params.manifest:q} --size {wildcards.size:q} --out {params.out:q}"
+        " --workers {threads:q} --no-progress > {log:q} 2>&1"
