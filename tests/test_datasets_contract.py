@@ -6,6 +6,7 @@ checks what is particular to it (columns, odd headers, level names, the real cou
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -122,3 +123,46 @@ def test_a_truncated_archive_is_a_clear_error_and_no_output(name, tmp_path):
 def test_replica_is_deterministic(name, tmp_path):
     dataset = datasets.load(name)
     assert dataset.write_replica(tmp_path / "a") == dataset.write_replica(tmp_path / "b")
+
+
+@pytest.mark.parametrize("name", FILE_BASED)
+def test_a_path_traversal_member_is_refused_and_no_output(name, tmp_path):
+    """The replica's first archive gets a member ``../escape.txt`` (its checksum stated as if genuine):
+    prepare refuses it before writing anything, and no manifest appears."""
+    import tarfile
+    import zipfile
+
+    dataset = datasets.load(name)
+    checksums = dataset.write_replica(tmp_path / "replica")
+    archives = [f.name for f in dataset.replica_files(tmp_path / "replica") if f.extract]
+    if not archives:
+        pytest.skip(f"{name} has no archive")
+    victim = tmp_path / "replica" / archives[0]
+    if zipfile.is_zipfile(victim):
+        with zipfile.ZipFile(victim, "a") as zf:
+            zf.writestr("../escape.txt", b"evil")
+    else:
+        plain = tmp_path / "plain.tar"
+        with tarfile.open(victim) as src, tarfile.open(plain, "w") as dst:
+            for member in src.getmembers():
+                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+            info = tarfile.TarInfo("../escape.txt")
+            info.size = 4
+            dst.addfile(info, io.BytesIO(b"evil"))
+        victim.write_bytes(plain.read_bytes())  # an uncompressed tar under the .tar(.gz) name: still a tar
+    (tmp_path / "replica" / "replica.json").write_text(json.dumps(
+        {"dataset": name, "files": {**checksums, archives[0]: "sha256:" + sources.file_digest(victim, "sha256")}}))
+    record = dataset.download(tmp_path / "data", replica_dir=tmp_path / "replica")
+    with pytest.raises(ValueError, match="would escape the destination"):
+        dataset.prepare(record, tmp_path / "m", data_root=tmp_path / "data", replica=True)
+    assert not (tmp_path / "m" / META_JSON).exists()
+    assert not list(tmp_path.rglob("escape.txt"))
+
+
+@pytest.mark.parametrize("name", DERIVED)
+def test_a_derived_dataset_names_a_registered_base_with_its_levels_and_protocol(name):
+    dataset = datasets.load(name)
+    base = datasets.load(dataset.derived_from)
+    assert not base.derived_from and dataset.source_files() == []
+    assert list(dataset.levels) == list(base.levels) and dataset.protocol == base.protocol
+    assert dataset.facts()["source"] is None and dataset.facts()["derived_from"] == base.name

@@ -297,11 +297,16 @@ def render_statistics(table_plan: dict, manifests_dir: str | Path, out_prefix: s
     spec, cells = table_plan["spec"], table_plan["cells"]
     values, replica = statistics_values(table_plan, manifests_dir)
     rows = statistics_rows(spec, cells, values)
-    out_prefix = Path(out_prefix)
-    atomic_write_text(out_prefix.with_suffix(".md"), statistics_markdown(spec, rows, replica))
-    atomic_write_text(out_prefix.with_suffix(".csv"), to_csv(rows, replica))
-    atomic_write_text(out_prefix.with_suffix(".tex"), statistics_latex(spec, rows, replica))
+    write_outputs(out_prefix, statistics_markdown(spec, rows, replica), to_csv(rows, replica),
+                  statistics_latex(spec, rows, replica))
     return rows
+
+
+def write_outputs(out_prefix: str | Path, md: str, csv: str, tex: str) -> None:
+    """``<out_prefix>.md``, ``.csv`` and ``.tex``, each written atomically."""
+    out_prefix = Path(out_prefix)
+    for suffix, text in ((".md", md), (".csv", csv), (".tex", tex)):
+        atomic_write_text(out_prefix.with_suffix(suffix), text)
 
 
 # ------------------------------------------------------------------------------- render
@@ -320,8 +325,5 @@ def render(table_plan: dict, runs_dir: str | Path, out_prefix: str | Path,
     spec, cells = table_plan["spec"], table_plan["cells"]
     values, replica = cell_values(cells, runs_dir)
     rows = table_rows(spec, cells, values)
-    out_prefix = Path(out_prefix)
-    atomic_write_text(out_prefix.with_suffix(".md"), to_markdown(spec, rows, replica))
-    atomic_write_text(out_prefix.with_suffix(".csv"), to_csv(rows, replica))
-    atomic_write_text(out_prefix.with_suffix(".tex"), to_latex(spec, rows, replica))
+    write_outputs(out_prefix, to_markdown(spec, rows, replica), to_csv(rows, replica), to_latex(spec, rows, replica))
     return rows

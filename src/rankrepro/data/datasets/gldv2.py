@@ -414,15 +414,21 @@ def read_train(file: Path) -> pd.DataFrame:
     return rows.reset_index(drop=True)
 
 
-def read_index_map(file: Path) -> pd.DataFrame:
-    """``index_image_to_landmark.csv``: ``id, landmark_id``; ids unique."""
-    table = read_csv(file, INDEX_TO_LANDMARK)
+def unique_ids(table: pd.DataFrame, file: Path, what: str) -> pd.Series:
+    """The ``id`` column, stripped, checked (16 letters or digits) and without repeats."""
     ids = table["id"].str.strip()
     check_ids(ids, file, table.index)
     duplicated = ids.duplicated()
     if duplicated.any():
         first = duplicated.to_numpy().nonzero()[0][0]
-        raise ValueError(f"{file}, line {line_of(table.index[first])}: image {ids.iat[first]} listed twice")
+        raise ValueError(f"{file}, line {line_of(table.index[first])}: {what} {ids.iat[first]} listed twice")
+    return ids
+
+
+def read_index_map(file: Path) -> pd.DataFrame:
+    """``index_image_to_landmark.csv``: ``id, landmark_id``; ids unique."""
+    table = read_csv(file, INDEX_TO_LANDMARK)
+    ids = unique_ids(table, file, "image")
     return pd.DataFrame({"id": ids, "landmark_id": int_column(table, "landmark_id", file)})
 
 
@@ -430,12 +436,7 @@ def read_queries(file: Path, index_map: pd.DataFrame) -> pd.DataFrame:
     """The scored rows of ``retrieval_solution_v2.1.csv`` (images not ``None``, Public and
     Private pooled): ``id, landmark_id`` = the index landmark of the first ground-truth image."""
     table = read_csv(file, GROUND_TRUTH)
-    ids = table["id"].str.strip()
-    check_ids(ids, file, table.index)
-    duplicated = ids.duplicated()
-    if duplicated.any():
-        first = duplicated.to_numpy().nonzero()[0][0]
-        raise ValueError(f"{file}, line {line_of(table.index[first])}: test image {ids.iat[first]} listed twice")
+    ids = unique_ids(table, file, "test image")
     images = table["images"].str.strip()
     scored = images != NO_GROUND_TRUTH
     first_image = images[scored].str.split().str[0]
