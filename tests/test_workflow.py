@@ -187,3 +187,33 @@ def test_conda_envs_agree_with_pyproject():
         assert _requirement_names(pip) <= set(pins), env_file.name
         assert all(spec in declared for spec in pip), env_file.name  # same lower bounds
         assert (REPO / "envs" / f"{env_file.stem}.post-deploy.sh").exists()
+
+
+def test_a_manual_dataset_stops_only_its_own_jobs(tmp_path):
+    """VehicleID's files are missing: its download fails with the message naming the file and the
+    `extracted` alternative; with --keep-going the other datasets (a SOP replica, and CUB prepared
+    from an extracted replica) are still prepared, and no VehicleID manifest appears."""
+    import yaml
+
+    from rankrepro.data import datasets
+
+    wf = workflow_copy(tmp_path)
+    cub = datasets.load("cub")
+    cub.write_replica(tmp_path / "cub_replica")
+    record = cub.download(tmp_path / "cub_data", replica_dir=tmp_path / "cub_replica")
+    cub.unpack(record, tmp_path / "cub_data")
+    (wf / "manual.yaml").write_text(yaml.safe_dump({
+        "data_root": "data", "tables": {}, "synthetic": {"names": []},
+        "datasets": {"sop": {"replica": True}, "vehicleid": {},
+                     "cub": {"extracted": str(tmp_path / "cub_data" / "cub"), "replica": True}}}))
+    result = smk(wf, "--cores", "1", "--keep-going", "--configfile", "manual.yaml", "--",
+                 *(f"results/manifests/{n}/meta.json" for n in ("sop", "vehicleid", "cub")))
+    assert result.returncode != 0
+    log = (wf / "results" / "logs" / "download" / "vehicleid.log").read_text()
+    for part in ("ManualDownloadRequired", "VehicleID_V1.0.zip", str(wf / "data" / "downloads" / "vehicleid"),
+                 "datasets.vehicleid.extracted", "pkuml.org"):
+        assert part in log
+    assert (wf / "results" / "manifests" / "sop" / "meta.json").is_file()
+    assert (wf / "results" / "manifests" / "cub" / "meta.json").is_file()
+    assert not (wf / "results" / "manifests" / "vehicleid").exists()
+    assert not (wf / "data" / "downloads" / "vehicleid" / "download.json").exists()
