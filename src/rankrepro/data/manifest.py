@@ -78,7 +78,7 @@ class Manifest:
 
     def labels(self) -> np.ndarray:
         """Integer labels, shape [N, L], finest level in column 0."""
-        return self.table[level_columns(self.n_levels)].to_numpy(dtype=np.int64)
+        return self.table[level_columns(self.n_levels)].to_numpy(dtype=np.int64, copy=True)
 
     def paths(self) -> list[Path]:
         """Absolute image paths."""
