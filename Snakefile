@@ -16,6 +16,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/synthetic.smk"
+include: "workflow/rules/hgldv2.smk"
 
 
 rule all:
@@ -23,5 +24,6 @@ rule all:
         manifest_outputs(),
         table_outputs(),
         synthetic_outputs(),
+        hgldv2_outputs(),
         "results/mlflow/imported.json",
     default_target: True

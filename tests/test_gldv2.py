@@ -82,7 +82,7 @@ def test_registrations_share_their_files():
     assert plain.protocol == hier.protocol == "gldv2-suprank" and plain.disjoint == hier.disjoint == ()
     files = {f.name: f for f in plain.source_files()}
     assert files == {f.name: f for f in hier.source_files()}
-    assert len(files) == 5 + 2 * (500 + 100 + 20)
+    assert len(files) == 7 + 2 * (500 + 100 + 20)  # 7 CSVs (2: the Commons categories), md5 + shard each
     shard = files["index/images_099.tar"]
     assert shard.url == "https://s3.amazonaws.com/google-landmark/index/images_099.tar"
     assert shard.checksum is None and shard.checksum_file == "md5sum/index/md5.images_099.txt"
@@ -103,7 +103,8 @@ def test_replica_layout(replica):
     assert set(written) == set(MD5_OF) | set(MD5_OF.values()) | {
         "metadata/train_clean.csv", "metadata/train_label_to_hierarchical.csv",
         "metadata/index_image_to_landmark.csv", "metadata/index_label_to_hierarchical.csv",
-        "ground_truth/retrieval_solution_v2.1.csv"}
+        "ground_truth/retrieval_solution_v2.1.csv", "metadata/train_label_to_category.csv",
+        "metadata/index_label_to_category.csv"}
     for shard, md5_file in MD5_OF.items():
         md5 = hashlib.md5((replica / shard).read_bytes()).hexdigest()
         assert (replica / md5_file).read_text() == f"{md5}  {shard.split('/')[1]}\n"  # as md5sum prints it
@@ -114,8 +115,18 @@ def test_replica_layout(replica):
     assert rows(replica, "metadata/index_image_to_landmark.csv")[0] == ["id", "landmark_id"]
     assert rows(replica, "ground_truth/retrieval_solution_v2.1.csv")[0] == ["id", "images", "Usage"]
     for split in ("train", "index"):
-        assert rows(replica, f"metadata/{split}_label_to_hierarchical.csv")[0] == [
-            "landmark_id", "category", "supercategory", "hierarchical_label", "natural_or_human_made"]
+        header, hier = rows(replica, f"metadata/{split}_label_to_hierarchical.csv")
+        assert header == ["landmark_id", "category", "supercategory", "hierarchical_label", "natural_or_human_made"]
+        header, categories = rows(replica, f"metadata/{split}_label_to_category.csv")
+        assert header == ["landmark_id", "category"]
+        # every landmark of train_clean / the index (and of the hierarchy file) has its Commons category,
+        # the same URL in both files; the category file lists more landmarks than any other file
+        category = dict(categories)
+        listed = {r[0] for r in rows(replica, "metadata/train_clean.csv")[1]} if split == "train" else \
+            {r[1] for r in rows(replica, "metadata/index_image_to_landmark.csv")[1]}
+        assert listed < set(category) and {r[0] for r in hier} < set(category)
+        assert all(category[r[0]] == r[1] for r in hier)
+        assert all(url.startswith("http://commons.wikimedia.org/wiki/Category:") for url in category.values())
 
 
 def test_shards_are_verified_against_their_md5_files(prepared, replica):

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from rankrepro.hgldv2 import cli as hgldv2_cli
+
 
 def _json(path: str) -> dict:
     return json.loads(Path(path).read_text())
@@ -244,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--artifact-root")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_track)
+
+    hgldv2_cli.register(sub)
 
     p = sub.add_parser("bench", help="benchmarks that write results/bench/<what>.md")
     p.add_argument("what", choices=["losses", "metrics", "plan", "pipeline"])

@@ -88,10 +88,12 @@ def download_args(wildcards):
 
 
 def prepare_input(wildcards):
-    """The base manifest (derived datasets), the download record, or nothing (an extracted copy)."""
+    """The base manifest (derived datasets) with the other files they read, the download record, or
+    nothing (an extracted copy)."""
     plan = dataset_plan(wildcards.dataset)
     if plan["facts"]["derived_from"]:
-        return [manifest_meta(plan["facts"]["derived_from"])]
+        # and the files derive() reads besides it (gldv2_hier_rebuilt: the curated H-GLDv2 labels)
+        return [manifest_meta(plan["facts"]["derived_from"]), *plan["facts"]["derive_inputs"]]
     return [] if plan["config"]["extracted"] else [download_record(wildcards.dataset)]
 
 

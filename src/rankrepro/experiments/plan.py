@@ -608,11 +608,34 @@ def plan_datasets(used: set[str], datasets_config: dict, catalog: dict) -> dict:
     return datasets
 
 
+#: the dataset whose files the H-GLDv2 pipeline reads, and the one that trains on its labels
+HGLDV2_SOURCE, HGLDV2_DATASET = "gldv2", "gldv2_hier_rebuilt"
+
+
+def plan_hgldv2(hgldv2: dict | None, datasets: dict, schema_dir: str | Path = SCHEMA_DIR) -> dict:
+    """The config's ``hgldv2`` block checked (types: ``--config`` gives text) with its defaults filled;
+    ``build`` needs the GLDv2 files (``datasets.gldv2``), and ``gldv2_hier_rebuilt`` needs ``build``."""
+    block = copy.deepcopy(hgldv2 or {})
+    schema = _schema("config", str(schema_dir))["properties"]["hgldv2"]
+    validate(block, schema, "config", ("hgldv2",), text_hint=True)
+    _fill_schema_defaults(block, schema)
+    if block["build"] and HGLDV2_SOURCE not in datasets:
+        raise PlanError(f"config hgldv2.build: the H-GLDv2 pipeline reads the files of {HGLDV2_SOURCE!r} (its "
+                        f"*_label_to_category.csv and the release); list datasets.{HGLDV2_SOURCE}")
+    if HGLDV2_DATASET in datasets and not block["build"]:
+        raise PlanError(f"config datasets.{HGLDV2_DATASET}: its labels come from the H-GLDv2 pipeline; set "
+                        "hgldv2.build: true")
+    return block
+
+
 def plan_from_config(config: dict) -> dict:
-    """:func:`make_plan` of a configuration (``config.yaml`` with its profile and ``--config`` merged in)."""
-    return make_plan(config.get("tables") or {}, config.get("run_overrides") or {}, config.get("datasets") or {},
+    """:func:`make_plan` of a configuration (``config.yaml`` with its profile and ``--config`` merged in),
+    with the checked ``hgldv2`` block (:func:`plan_hgldv2`)."""
+    plan = make_plan(config.get("tables") or {}, config.get("run_overrides") or {}, config.get("datasets") or {},
                      specs_dir=config.get("specs_dir"), setups_dir=config.get("setups_dir"),
                      synthetic=config.get("synthetic"))
+    plan["hgldv2"] = plan_hgldv2(config.get("hgldv2"), plan["datasets"])
+    return plan
 
 
 def _write_if_changed(path: Path, text: str) -> None:

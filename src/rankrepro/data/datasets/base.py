@@ -112,6 +112,8 @@ class Dataset:
     expected_counts: dict[str, dict[str, int]] = {}
     disjoint: tuple[tuple[str, str], ...] = ()
     derived_from: str | None = None
+    #: files besides the base manifest that :meth:`derive` reads (the prepare rule's inputs)
+    derive_inputs: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         """Datasets without variants take no arguments (a variant's constructor takes its fixed keywords)."""
@@ -167,11 +169,11 @@ class Dataset:
     def facts(self) -> dict:
         """What the planner needs without importing torch (JSON): ``source`` (folder of the
         downloads; None for a derived dataset), ``derived_from``, ``files`` (how many),
-        ``protocol``, ``levels``, ``manual``, ``title``. Needs no name when :attr:`source`
-        is set or the dataset is derived."""
+        ``protocol``, ``levels``, ``manual``, ``title``, ``derive_inputs``. Needs no name when
+        :attr:`source` is set or the dataset is derived."""
         return {"title": self.title, "source": None if self.derived_from else (self.source or self._name or None),
                 "derived_from": self.derived_from, "files": len(self.source_files()), "protocol": self.protocol,
-                "levels": list(self.levels), "manual": self.manual}
+                "levels": list(self.levels), "manual": self.manual, "derive_inputs": list(self.derive_inputs)}
 
     def downloads_dir(self, data_root: str | Path) -> Path:
         """``<data_root>/downloads/<source>``."""

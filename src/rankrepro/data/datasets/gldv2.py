@@ -18,6 +18,9 @@ Source files (https://s3.amazonaws.com/google-landmark/, cvdfoundation/google-la
 - ``metadata/train_label_to_hierarchical.csv``, ``metadata/index_label_to_hierarchical.csv``:
   ``landmark_id,category,supercategory,hierarchical_label,natural_or_human_made``.
 - ``metadata/index_image_to_landmark.csv``: ``id,landmark_id``.
+- ``metadata/train_label_to_category.csv``, ``metadata/index_label_to_category.csv``:
+  ``landmark_id,category`` (a Commons category URL): not parsed here; the H-GLDv2 scrape
+  (:mod:`rankrepro.hgldv2.scrape`) reads them from the download folder.
 - ``ground_truth/retrieval_solution_v2.1.csv``: ``id,images,Usage`` (images: space-separated
   *index* image ids, or ``None`` for an ignored test image; Usage Public / Private / Ignored).
 - ``{train,index,test}/images_NNN.tar``: train 000-499, index 000-099, test 000-019. A shard's
@@ -94,7 +97,9 @@ TRAIN_HIER = f"{METADATA}/train_label_to_hierarchical.csv"
 INDEX_TO_LANDMARK = f"{METADATA}/index_image_to_landmark.csv"
 INDEX_HIER = f"{METADATA}/index_label_to_hierarchical.csv"
 GROUND_TRUTH = f"{GROUND_TRUTH_DIR}/retrieval_solution_v2.1.csv"
-CSV_FILES = (TRAIN_CLEAN, TRAIN_HIER, INDEX_TO_LANDMARK, INDEX_HIER, GROUND_TRUTH)
+TRAIN_CATEGORY = f"{METADATA}/train_label_to_category.csv"
+INDEX_CATEGORY = f"{METADATA}/index_label_to_category.csv"
+CSV_FILES = (TRAIN_CLEAN, TRAIN_HIER, INDEX_TO_LANDMARK, INDEX_HIER, GROUND_TRUTH, TRAIN_CATEGORY, INDEX_CATEGORY)
 #: shards per split folder (README: train 500 x ~1 GB, index 100 x ~850 MB, test 20 x ~500 MB)
 SHARDS = {"train": 500, "index": 100, "test": 20}
 
@@ -104,6 +109,8 @@ HEADERS = {
     INDEX_TO_LANDMARK: ["id", "landmark_id"],
     INDEX_HIER: ["landmark_id", "category", "supercategory", "hierarchical_label", "natural_or_human_made"],
     GROUND_TRUTH: ["id", "images", "Usage"],
+    TRAIN_CATEGORY: ["landmark_id", "category"],
+    INDEX_CATEGORY: ["landmark_id", "category"],
 }
 #: the columns the parser reads (a file may hold more)
 NEEDED = {**HEADERS, TRAIN_HIER: ["landmark_id", "hierarchical_label", "natural_or_human_made"],
@@ -199,20 +206,9 @@ class GLDv2(Dataset):
                               "label": train["landmark_id"].to_numpy()})
         if not self.hierarchy:
             return pd.concat([train, query, gallery], ignore_index=True)
-        train_h, index_h = read_hierarchy(root / TRAIN_HIER), read_hierarchy(root / INDEX_HIER)
-        names = {level: sorted((set(train_h[level]) | set(index_h[level])) - {""}) for level in HIER_LEVELS}
-        self._names = names
-        parts = []
-        for part, hier, is_train in ((train, train_h, True), (query, index_h, False), (gallery, index_h, False)):
-            part = part.copy()
-            for i, level in enumerate(HIER_LEVELS, 1):
-                ids = {name: k for k, name in enumerate(names[level])}
-                by_landmark = hier[level].map(ids)  # NaN for "" (unknown)
-                part[f"level_{i}"] = part["label"].map(by_landmark).fillna(-1).astype("int64")
-            if is_train:
-                part = part[part["level_1"] >= 0]  # SupRank remove_nan: no hierarchical_label, no training row
-            parts.append(part)
-        return pd.concat(parts, ignore_index=True)
+        table, self._names = attach_hierarchy(pd.concat([train, query, gallery], ignore_index=True),
+                                              read_hierarchy(root / TRAIN_HIER), read_hierarchy(root / INDEX_HIER))
+        return table
 
     def extra_meta(self, table: pd.DataFrame) -> dict:
         meta = {"ground_truth": GROUND_TRUTH, "landmark_id_space": dict(ID_SPACE)}
@@ -282,17 +278,21 @@ class GLDv2(Dataset):
             add("test", 0, image_id, ("index", first), index_hier[first][0] if index_hier[first] else ("index", first))
             solution_rows.append([image_id, " ".join(index_ids[lm][i] for lm, i in ground_truth), usage])
 
-        def hier_rows(listed) -> list[list]:
-            return [[landmark, f"http://commons.wikimedia.org/wiki/Category:Replica_landmark_{landmark}",
+        def hier_rows(split, listed) -> list[list]:
+            return [[landmark, replica_category(split, landmark),
                      REPLICA_SUPERCATEGORY[hier[0]] if hier else "", *(hier or ("", ""))]
                     for landmark, hier in listed]
 
         texts = {
             TRAIN_CLEAN: csv_text(HEADERS[TRAIN_CLEAN], clean_rows),
-            TRAIN_HIER: csv_text(HEADERS[TRAIN_HIER], hier_rows(REPLICA_TRAIN_HIER)),
+            TRAIN_HIER: csv_text(HEADERS[TRAIN_HIER], hier_rows("train", REPLICA_TRAIN_HIER)),
             INDEX_TO_LANDMARK: csv_text(HEADERS[INDEX_TO_LANDMARK], index_rows),
-            INDEX_HIER: csv_text(HEADERS[INDEX_HIER], hier_rows(REPLICA_INDEX_HIER)),
+            INDEX_HIER: csv_text(HEADERS[INDEX_HIER], hier_rows("index", REPLICA_INDEX_HIER)),
             GROUND_TRUTH: csv_text(HEADERS[GROUND_TRUTH], solution_rows),
+            TRAIN_CATEGORY: csv_text(HEADERS[TRAIN_CATEGORY], [[lm, replica_category("train", lm)]
+                                                               for lm in replica_landmarks("train")]),
+            INDEX_CATEGORY: csv_text(HEADERS[INDEX_CATEGORY], [[lm, replica_category("index", lm)]
+                                                               for lm in replica_landmarks("index")]),
         }
         for name, text in texts.items():
             (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
@@ -340,6 +340,23 @@ REPLICA_INDEX_HIER = [(landmark, hier) for landmark, _, hier in REPLICA_INDEX if
 REPLICA_SUPERCATEGORY = {"church": "church building", "bridge": "arch bridge", "mountain": "mountain",
                          "ocean area ": "bay", "lake": "lake", "museum": "art museum", "castle / fort": "castle",
                          "volcano": "stratovolcano"}
+#: landmarks of the category files that are in no other file (the real train file lists ~203k
+#: landmarks, train_clean ~81k): the H-GLDv2 scrape's demo world gives them its edge cases
+REPLICA_CATEGORY_ONLY = {"train": [300001, 300002, 300003, 300004, 300005, 300006, 300007, 300008],
+                         "index": [400001, 400002, 400003]}
+
+
+def replica_landmarks(split: str) -> list[int]:
+    """The landmarks of the replica's ``<split>_label_to_category.csv``, sorted."""
+    listed = (REPLICA_TRAIN, REPLICA_TRAIN_HIER) if split == "train" else (REPLICA_INDEX, REPLICA_INDEX_HIER)
+    return sorted({row[0] for rows in listed for row in rows} | set(REPLICA_CATEGORY_ONLY[split]))
+
+
+def replica_category(split: str, landmark: int) -> str:
+    """The replica's Commons category URL of a landmark (train and index ids are two id spaces)."""
+    return f"http://commons.wikimedia.org/wiki/Category:Replica_{split}_landmark_{landmark}"
+
+
 #: test images: (ground truth as [(index landmark, image number)], Usage); None: ignored
 REPLICA_QUERIES = [
     ([(501, 0), (501, 2)], "Public"),
@@ -353,6 +370,57 @@ REPLICA_QUERIES = [
 
 DATASETS.register("gldv2", hierarchy=False)(GLDv2)
 DATASETS.register("gldv2_hier", hierarchy=True)(GLDv2)
+
+#: where the H-GLDv2 pipeline writes our labels (workflow/rules/hgldv2.smk, rule hgldv2_curate)
+REBUILT_LABELS = "results/hgldv2/labels"
+
+
+@DATASETS.register("gldv2_hier_rebuilt")
+class GLDv2HierRebuilt(Dataset):
+    """H-GLDv2 with *our* hierarchy (:mod:`rankrepro.hgldv2`) instead of the release's.
+
+    Derived from the ``gldv2`` manifest (same images, splits and landmark labels): ``derive``
+    attaches ``hierarchical_label`` / ``natural_or_human_made`` from
+    ``<labels_dir>/{train,index}_label_to_hierarchical.csv`` (the release's columns, written by
+    the curate step) exactly as ``gldv2_hier`` does from the release (:func:`attach_hierarchy`):
+    same level ids rule, same dropped train rows, same protocol. ``labels_dir`` is relative to
+    the working directory (the repository root under Snakemake); the prepare rule depends on
+    both files (:attr:`derive_inputs`). ``meta.json`` records the names and the files' sha256.
+    """
+
+    title = "H-GLDv2 (rebuilt labels)"
+    derived_from = "gldv2"
+    levels = ["landmark", *HIER_LEVELS]
+    protocol = "gldv2-suprank"
+    labels_dir = REBUILT_LABELS
+
+    def __init__(self) -> None:
+        self._meta: dict | None = None
+
+    @property
+    def derive_inputs(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(f"{self.labels_dir}/{split}_label_to_hierarchical.csv" for split in ("train", "index"))
+
+    def derive(self, base) -> pd.DataFrame:
+        where = base.directory or "the base manifest"
+        if base.meta.get("dataset") != self.derived_from or base.meta.get("levels") != ["landmark"]:
+            raise ValueError(f"{self.title}: {where} is not a one-level manifest of {self.derived_from!r} "
+                             f"(dataset {base.meta.get('dataset')!r}, levels {base.meta.get('levels')!r})")
+        train_file, index_file = (Path(f) for f in self.derive_inputs)
+        for file in (train_file, index_file):
+            if not file.is_file():
+                raise FileNotFoundError(f"{self.title}: {file} is missing: run the H-GLDv2 pipeline "
+                                        "(snakemake hgldv2_curate) or set labels_dir")
+        table, names = attach_hierarchy(base.table, read_hierarchy(train_file), read_hierarchy(index_file))
+        carried = {k: base.meta[k] for k in ("ground_truth", "landmark_id_space") if k in base.meta}
+        self._meta = {**carried, **{f"{level}_names": names[level] for level in HIER_LEVELS},
+                      "labels": {str(f): sources.file_digest(f, "sha256") for f in (train_file, index_file)}}
+        return table
+
+    def extra_meta(self, table: pd.DataFrame) -> dict:
+        if self._meta is None:
+            raise RuntimeError(f"{self.title}: extra_meta needs derive() first")
+        return dict(self._meta)
 
 
 # -- readers --------------------------------------------------------------------------------------
@@ -470,6 +538,27 @@ def read_hierarchy(file: Path) -> pd.DataFrame:
             lines = repeated.loc[[landmark], "line"].tolist()
             raise ValueError(f"{file}, lines {lines}: landmark {landmark} has different hierarchical labels")
     return out[~out.index.duplicated()][HIER_LEVELS]
+
+
+def attach_hierarchy(table: pd.DataFrame, train_h: pd.DataFrame, index_h: pd.DataFrame
+                     ) -> tuple[pd.DataFrame, dict[str, list[str]]]:
+    """``level_1`` (hierarchical_label) and ``level_2`` (natural_or_human_made) ids for the
+    ``train`` / ``query`` / ``gallery`` rows of a one-level GLDv2 table, from the two
+    :func:`read_hierarchy` tables (train rows from ``train_h``, the others from ``index_h``):
+    positions in the names of both files sorted together, -1 when unknown; train rows without a
+    hierarchical label dropped (module docstring). Returns (table, {level: names})."""
+    names = {level: sorted((set(train_h[level]) | set(index_h[level])) - {""}) for level in HIER_LEVELS}
+    parts = []
+    for split, hier in (("train", train_h), ("query", index_h), ("gallery", index_h)):
+        part = table[table["split"] == split][["path", "split", "label"]].copy()
+        for i, level in enumerate(HIER_LEVELS, 1):
+            ids = {name: k for k, name in enumerate(names[level])}
+            by_landmark = hier[level].map(ids)  # NaN for "" (unknown)
+            part[f"level_{i}"] = part["label"].map(by_landmark).fillna(-1).astype("int64")
+        if split == "train":
+            part = part[part["level_1"] >= 0]  # SupRank remove_nan: no hierarchical_label, no training row
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True), names
 
 
 def csv_text(header: list[str], rows: list[list]) -> str:

@@ -1,0 +1,168 @@
+# H-GLDv2 rebuilt (SupRank TPAMI §VI; src/rankrepro/hgldv2): scrape -> clean -> cluster -> curate
+# -> compare, from the GLDv2 download's *_label_to_category.csv; the dataset gldv2_hier_rebuilt
+# (prepare rule) trains on the curated labels. Config: the `hgldv2` block of config.yaml.
+import rankrepro.hgldv2
+
+HGLDV2 = PLAN["hgldv2"]
+HGLDV2_DIR = "results/hgldv2"
+HGLDV2_PACKAGE = Path(rankrepro.hgldv2.__file__).parent
+
+
+def hgldv2_outputs():
+    """The compare table when hgldv2.build is set (the planner checked that gldv2 is planned)."""
+    return [f"{HGLDV2_DIR}/compare.json"] if HGLDV2["build"] else []
+
+
+def gldv2_input(wildcards):
+    """The GLDv2 download record, or nothing when datasets.gldv2 is an extracted copy."""
+    return [] if dataset_cfg("gldv2")["extracted"] else [download_record("gldv2")]
+
+
+def gldv2_metadata():
+    """The folder holding the GLDv2 metadata CSVs: <extracted>/metadata or downloads/gldv2/metadata."""
+    extracted = dataset_cfg("gldv2")["extracted"]
+    return f"{extracted}/metadata" if extracted else f"{DATA_ROOT}/downloads/{source_of('gldv2')}/metadata"
+
+
+def hgldv2_scrape_args(wildcards):
+    api = HGLDV2["api"]
+    args = ["--commons-url", api["commons_url"], "--wikidata-url", api["wikidata_url"],
+            "--maxlag", str(api["maxlag"]), "--min-interval", str(api["min_interval_s"]),
+            "--max-retries", str(api["max_retries"])]
+    if api["contact"]:
+        args += ["--contact", api["contact"]]
+    if api["fake_world"]:
+        args += ["--fake-world", api["fake_world"]]
+    return args
+
+
+def hgldv2_curation():
+    return HGLDV2["curation"] or str(HGLDV2_PACKAGE / "curation.yaml")
+
+
+# Serial by design (Wikimedia's etiquette): one job, one request at a time. Every answer is cached
+# under <data_root>/hgldv2/api-cache, so a rerun after a failure resumes where it stopped.
+rule hgldv2_scrape:
+    input:
+        gldv2_input,
+    output:
+        landmarks=f"{HGLDV2_DIR}/scrape/landmarks.jsonl",
+        summary=f"{HGLDV2_DIR}/scrape/scrape.json",
+    params:
+        train=lambda wildcards: f"{gldv2_metadata()}/train_label_to_category.csv",
+        index=lambda wildcards: f"{gldv2_metadata()}/index_label_to_category.csv",
+        out=f"{HGLDV2_DIR}/scrape",
+        cache=f"{DATA_ROOT}/hgldv2/api-cache",
+        args=hgldv2_scrape_args,
+    log:
+        "results/logs/hgldv2/scrape.log",
+    conda:
+        "../../envs/data.yaml"
+    retries: 2
+    resources:
+        mem_mb=4000,
+        runtime=24 * 60,
+    shell:
+        "python -m rankrepro hgldv2 scrape --train {params.train:q} --index {params.index:q} --out {params.out:q}"
+        " --cache {params.cache:q} {params.args:q} > {log:q} 2>&1"
+
+
+rule hgldv2_clean:
+    input:
+        f"{HGLDV2_DIR}/scrape/landmarks.jsonl",
+    output:
+        landmarks=f"{HGLDV2_DIR}/clean/landmarks.csv",
+        report=f"{HGLDV2_DIR}/clean/report.json",
+    params:
+        out=f"{HGLDV2_DIR}/clean",
+        several=HGLDV2["several_classes"],
+    log:
+        "results/logs/hgldv2/clean.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    shell:
+        "python -m rankrepro hgldv2 clean --scrape {input:q} --out {params.out:q} --several {params.several:q}"
+        " > {log:q} 2>&1"
+
+
+rule hgldv2_cluster:
+    input:
+        f"{HGLDV2_DIR}/clean/landmarks.csv",
+    output:
+        names=f"{HGLDV2_DIR}/cluster/names.csv",
+        info=f"{HGLDV2_DIR}/cluster/cluster.json",
+    params:
+        out=f"{HGLDV2_DIR}/cluster",
+        model=HGLDV2["clip"]["model"],
+        pretrained=HGLDV2["clip"]["pretrained"] or "none",
+        prompt=HGLDV2["clip"]["prompt"],
+        k=HGLDV2["kmeans"]["k"],
+        seed=HGLDV2["kmeans"]["seed"],
+        niter=HGLDV2["kmeans"]["niter"],
+        nredo=HGLDV2["kmeans"]["nredo"],
+        device=RUNTIME["device"],
+    log:
+        "results/logs/hgldv2/cluster.log",
+    conda:
+        "../../envs/train.yaml"
+    threads: 4
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    shell:
+        "python -m rankrepro hgldv2 cluster --landmarks {input:q} --out {params.out:q} --model {params.model:q}"
+        " --pretrained {params.pretrained:q} --prompt {params.prompt:q} --k {params.k:q} --seed {params.seed:q}"
+        " --niter {params.niter:q} --nredo {params.nredo:q} --device {params.device:q} > {log:q} 2>&1"
+
+
+rule hgldv2_curate:
+    input:
+        landmarks=f"{HGLDV2_DIR}/clean/landmarks.csv",
+        cluster=f"{HGLDV2_DIR}/cluster/cluster.json",
+        curation=hgldv2_curation(),
+    output:
+        train=f"{HGLDV2_DIR}/labels/train_label_to_hierarchical.csv",
+        index=f"{HGLDV2_DIR}/labels/index_label_to_hierarchical.csv",
+        info=f"{HGLDV2_DIR}/labels/curate.json",
+    params:
+        cluster_dir=f"{HGLDV2_DIR}/cluster",
+        out=f"{HGLDV2_DIR}/labels",
+        release=lambda wildcards: gldv2_metadata(),
+    log:
+        "results/logs/hgldv2/curate.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    shell:
+        "python -m rankrepro hgldv2 curate --landmarks {input.landmarks:q} --cluster-dir {params.cluster_dir:q}"
+        " --curation {input.curation:q} --release-dir {params.release:q} --out {params.out:q} > {log:q} 2>&1"
+
+
+rule hgldv2_compare:
+    input:
+        gldv2_input,
+        train=f"{HGLDV2_DIR}/labels/train_label_to_hierarchical.csv",
+        index=f"{HGLDV2_DIR}/labels/index_label_to_hierarchical.csv",
+    output:
+        md=f"{HGLDV2_DIR}/compare.md",
+        csv=f"{HGLDV2_DIR}/compare.csv",
+        json=f"{HGLDV2_DIR}/compare.json",
+    params:
+        ours=f"{HGLDV2_DIR}/labels",
+        release=lambda wildcards: gldv2_metadata(),
+        prefix=f"{HGLDV2_DIR}/compare",
+    log:
+        "results/logs/hgldv2/compare.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    shell:
+        "python -m rankrepro hgldv2 compare --ours {params.ours:q} --release-dir {params.release:q}"
+        " --out-prefix {params.prefix:q} > {log:q} 2>&1"
