@@ -54,7 +54,7 @@ def csv_rows(folder, split):
 def test_facts_and_how_to_get():
     facts = datasets.facts()["cars"]
     assert facts == {"title": "Cars196", "source": "cars", "derived_from": None, "files": 2,
-                     "protocol": "same-set", "levels": ["class"], "manual": True}
+                     "protocol": "same-set", "levels": ["class"], "manual": True, "derive_inputs": []}
     files = {f.name: f for f in CARS.source_files()}
     assert list(files) == ["car_ims.tgz", "cars_annos.mat"]  # the archive is extracted before the .mat is linked
     assert files["car_ims.tgz"].checksum == "md5:d5c8f0aa497503f355e17dc7886c3f14" and files["car_ims.tgz"].extract

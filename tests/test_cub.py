@@ -52,7 +52,7 @@ def copy_of(extracted, tmp_path):
 def test_facts():
     facts = datasets.facts()["cub"]
     assert facts == {"title": "CUB-200-2011", "source": "cub", "derived_from": None, "files": 1,
-                     "protocol": "same-set", "levels": ["class"], "manual": False}
+                     "protocol": "same-set", "levels": ["class"], "manual": False, "derive_inputs": []}
     (f,) = CUB.source_files()
     assert f.name == "CUB_200_2011.tgz" and f.checksum == "md5:97eceeb196236b17998738112f37df78"
     assert f.url == "https://data.caltech.edu/records/65de6-vp158/files/CUB_200_2011.tgz"

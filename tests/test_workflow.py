@@ -88,6 +88,31 @@ def test_the_full_config_downloads_and_prepares_every_dataset(tmp_path):
         assert f"input: results/manifests/{base}/meta.json" in job.split("rule ")[1]
 
 
+def test_the_full_config_builds_hgldv2_scrape_to_compare(tmp_path):
+    """hgldv2.build: scrape -> clean -> cluster -> curate -> compare, after the GLDv2 download; the
+    rebuilt dataset is prepared from the gldv2 manifest and the curated labels; a k given as text
+    (as --config gives it) fails the dry run naming the key."""
+    wf = workflow_copy(tmp_path)
+    result = smk(wf, "-n", "--cores", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = {block.split("\n", 1)[0].strip(): block for block in result.stdout.split("rule ")[1:]}
+    chain = ["hgldv2_scrape:", "hgldv2_clean:", "hgldv2_cluster:", "hgldv2_curate:", "hgldv2_compare:"]
+    assert all(step in jobs for step in chain)
+    assert "input: data/downloads/gldv2/download.json" in jobs["hgldv2_scrape:"]
+    assert "input: results/hgldv2/scrape/landmarks.jsonl" in jobs["hgldv2_clean:"]
+    assert "input: results/hgldv2/clean/landmarks.csv" in jobs["hgldv2_cluster:"]
+    assert "results/hgldv2/cluster/cluster.json" in jobs["hgldv2_curate:"].split("output:")[0]
+    assert "results/hgldv2/labels/train_label_to_hierarchical.csv" in jobs["hgldv2_compare:"].split("output:")[0]
+    rebuilt = result.stdout[result.stdout.index("output: results/manifests/gldv2_hier_rebuilt/manifest.csv") - 400:]
+    inputs = rebuilt.split("rule ")[1].split("output:")[0]
+    assert "results/manifests/gldv2/meta.json" in inputs and "results/hgldv2/labels/index_label_to_hierarchical.csv" in inputs
+    bad = smk(wf, "-n", "--cores", "1", "--config", 'hgldv2={"build": true, "kmeans": {"k": 5}}')
+    assert bad.returncode != 0 and "On instance['hgldv2']['build']" in bad.stderr + bad.stdout
+    (wf / "bad.yaml").write_text("hgldv2:\n  kmeans:\n    k: five\n")
+    bad = smk(wf, "-n", "--cores", "1", "--configfile", "bad.yaml")
+    assert bad.returncode != 0 and "On instance['hgldv2']['kmeans']['k']" in bad.stderr + bad.stdout
+
+
 @pytest.mark.parametrize("bad, key", [
     ("runtime:\n  num_workers: -1\n", "num_workers"),
     ("tracking:\n  tracking_uri: ./mlruns\n  experiment: x\n", "tracking_uri"),
@@ -159,7 +184,17 @@ def test_demo_profile_end_to_end(tmp_path):
         metrics = json.loads((run_dir / "metrics.json").read_text())
         assert metrics["replica"] and 0 <= metrics["metrics"]["R@1"] <= 1
         assert not (run_dir / "checkpoint.pt").exists()
-    for rule in ("replica", "download", "prepare", "train", "evaluate", "table", "track"):
+    # the H-GLDv2 chain against the loopback fake: the replica's names, our labels, the comparison
+    hgldv2 = wf / "results" / "hgldv2"
+    scraped = json.loads((hgldv2 / "scrape" / "scrape.json").read_text())
+    assert scraped["landmarks"] == {"train": 15, "index": 9} and scraped["retries"] == 3
+    assert (hgldv2 / "cluster" / "review.md").exists() and json.loads((hgldv2 / "cluster" / "cluster.json").read_text())["k"] == 4
+    assert "church building" in (hgldv2 / "labels" / "train_label_to_hierarchical.csv").read_text()
+    compare = json.loads((hgldv2 / "compare.json").read_text())
+    assert compare and (hgldv2 / "compare.md").exists()
+    rebuilt = json.loads((wf / "results" / "manifests" / "gldv2_hier_rebuilt" / "meta.json").read_text())
+    assert rebuilt["derived_from"] == "gldv2" and "church" in rebuilt["hierarchical_label_names"]
+    for rule in ("replica", "download", "prepare", "train", "evaluate", "table", "track", "hgldv2"):
         assert list((wf / "results" / "logs" / rule).rglob("*.log")) or (wf / "results" / "logs" / f"{rule}.log").exists()
     with sqlite3.connect(wf / "results" / "mlflow.db") as db:
         names = {r[0] for r in db.execute("select name from runs where lifecycle_stage = 'active'")}

@@ -1,4 +1,5 @@
 import json
+import os
 from pathlib import Path
 # Helpers only (no rules): config validation, the plan, input functions. Imports no torch:
 # the planner reads the config, the setups, the table specs and the catalog (data), and
@@ -6,6 +7,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+import rankrepro.hgldv2
 from rankrepro.experiments.plan import PlanError, plan_from_config, write_plan
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -212,3 +214,41 @@ def run_train_cache_args(wildcards):
 def run_eval_cache_args(wildcards):
     folder = run_image_cache_dir(wildcards, "evaluate")
     return ["--image-cache", folder] if folder else []
+
+
+# H-GLDv2 rebuilt (workflow/rules/hgldv2.smk).
+HGLDV2 = PLAN["hgldv2"]
+HGLDV2_DIR = "results/hgldv2"
+HGLDV2_PACKAGE = Path(rankrepro.hgldv2.__file__).parent
+
+
+def hgldv2_outputs():
+    """The compare table when hgldv2.build is set (the planner checked that gldv2 is planned)."""
+    return [f"{HGLDV2_DIR}/compare.json"] if HGLDV2["build"] else []
+
+
+def gldv2_input(wildcards):
+    """The GLDv2 download record, or nothing when datasets.gldv2 is an extracted copy."""
+    return [] if dataset_cfg("gldv2")["extracted"] else [download_record("gldv2")]
+
+
+def gldv2_metadata():
+    """The folder holding the GLDv2 metadata CSVs: <extracted>/metadata or downloads/gldv2/metadata."""
+    extracted = dataset_cfg("gldv2")["extracted"]
+    return f"{extracted}/metadata" if extracted else f"{DATA_ROOT}/downloads/{source_of('gldv2')}/metadata"
+
+
+def hgldv2_scrape_args(wildcards):
+    api = HGLDV2["api"]
+    args = ["--commons-url", api["commons_url"], "--wikidata-url", api["wikidata_url"],
+            "--maxlag", str(api["maxlag"]), "--min-interval", str(api["min_interval_s"]),
+            "--max-retries", str(api["max_retries"])]
+    if api["contact"]:
+        args += ["--contact", api["contact"]]
+    if api["fake_world"]:
+        args += ["--fake-world", api["fake_world"]]
+    return args
+
+
+def hgldv2_curation():
+    return HGLDV2["curation"] or str(HGLDV2_PACKAGE / "curation.yaml")

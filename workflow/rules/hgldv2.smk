@@ -1,43 +1,7 @@
 # H-GLDv2 rebuilt (SupRank TPAMI §VI; src/rankrepro/hgldv2): scrape -> clean -> cluster -> curate
 # -> compare, from the GLDv2 download's *_label_to_category.csv; the dataset gldv2_hier_rebuilt
 # (prepare rule) trains on the curated labels. Config: the `hgldv2` block of config.yaml.
-import rankrepro.hgldv2
-
-HGLDV2 = PLAN["hgldv2"]
-HGLDV2_DIR = "results/hgldv2"
-HGLDV2_PACKAGE = Path(rankrepro.hgldv2.__file__).parent
-
-
-def hgldv2_outputs():
-    """The compare table when hgldv2.build is set (the planner checked that gldv2 is planned)."""
-    return [f"{HGLDV2_DIR}/compare.json"] if HGLDV2["build"] else []
-
-
-def gldv2_input(wildcards):
-    """The GLDv2 download record, or nothing when datasets.gldv2 is an extracted copy."""
-    return [] if dataset_cfg("gldv2")["extracted"] else [download_record("gldv2")]
-
-
-def gldv2_metadata():
-    """The folder holding the GLDv2 metadata CSVs: <extracted>/metadata or downloads/gldv2/metadata."""
-    extracted = dataset_cfg("gldv2")["extracted"]
-    return f"{extracted}/metadata" if extracted else f"{DATA_ROOT}/downloads/{source_of('gldv2')}/metadata"
-
-
-def hgldv2_scrape_args(wildcards):
-    api = HGLDV2["api"]
-    args = ["--commons-url", api["commons_url"], "--wikidata-url", api["wikidata_url"],
-            "--maxlag", str(api["maxlag"]), "--min-interval", str(api["min_interval_s"]),
-            "--max-retries", str(api["max_retries"])]
-    if api["contact"]:
-        args += ["--contact", api["contact"]]
-    if api["fake_world"]:
-        args += ["--fake-world", api["fake_world"]]
-    return args
-
-
-def hgldv2_curation():
-    return HGLDV2["curation"] or str(HGLDV2_PACKAGE / "curation.yaml")
+# Helpers (hgldv2_outputs, gldv2_metadata, ...) live in common.smk.
 
 
 # Serial by design (Wikimedia's etiquette): one job, one request at a time. Every answer is cached
@@ -51,7 +15,7 @@ rule hgldv2_scrape:
     params:
         train=lambda wildcards: f"{gldv2_metadata()}/train_label_to_category.csv",
         index=lambda wildcards: f"{gldv2_metadata()}/index_label_to_category.csv",
-        out=f"{HGLDV2_DIR}/scrape",
+        out=lambda wildcards, output: os.path.dirname(output.landmarks),
         cache=f"{DATA_ROOT}/hgldv2/api-cache",
         args=hgldv2_scrape_args,
     log:
@@ -74,7 +38,7 @@ rule hgldv2_clean:
         landmarks=f"{HGLDV2_DIR}/clean/landmarks.csv",
         report=f"{HGLDV2_DIR}/clean/report.json",
     params:
-        out=f"{HGLDV2_DIR}/clean",
+        out=lambda wildcards, output: os.path.dirname(output.landmarks),
         several=HGLDV2["several_classes"],
     log:
         "results/logs/hgldv2/clean.log",
@@ -95,7 +59,7 @@ rule hgldv2_cluster:
         names=f"{HGLDV2_DIR}/cluster/names.csv",
         info=f"{HGLDV2_DIR}/cluster/cluster.json",
     params:
-        out=f"{HGLDV2_DIR}/cluster",
+        out=lambda wildcards, output: os.path.dirname(output.names),
         model=HGLDV2["clip"]["model"],
         pretrained=HGLDV2["clip"]["pretrained"] or "none",
         prompt=HGLDV2["clip"]["prompt"],
@@ -128,8 +92,8 @@ rule hgldv2_curate:
         index=f"{HGLDV2_DIR}/labels/index_label_to_hierarchical.csv",
         info=f"{HGLDV2_DIR}/labels/curate.json",
     params:
-        cluster_dir=f"{HGLDV2_DIR}/cluster",
-        out=f"{HGLDV2_DIR}/labels",
+        cluster_dir=lambda wildcards, input: os.path.dirname(input.cluster),
+        out=lambda wildcards, output: os.path.dirname(output.train),
         release=lambda wildcards: gldv2_metadata(),
     log:
         "results/logs/hgldv2/curate.log",
@@ -153,9 +117,9 @@ rule hgldv2_compare:
         csv=f"{HGLDV2_DIR}/compare.csv",
         json=f"{HGLDV2_DIR}/compare.json",
     params:
-        ours=f"{HGLDV2_DIR}/labels",
+        ours=lambda wildcards, input: os.path.dirname(input.train),
         release=lambda wildcards: gldv2_metadata(),
-        prefix=f"{HGLDV2_DIR}/compare",
+        prefix=lambda wildcards, output: os.path.splitext(output.json)[0],
     log:
         "results/logs/hgldv2/compare.log",
     conda:
