@@ -23,14 +23,12 @@ kept landmarks, file order), ``dropped.csv`` (``split,landmark_id,category,reaso
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from pathlib import Path
 
 import yaml
 
-from rankrepro.io import atomic_write_json, atomic_write_text
+from rankrepro.io import atomic_write_json, atomic_write_text, csv_text
 
 IRRELEVANT_FILE = Path(__file__).with_name("irrelevant_classes.yaml")
 SPLITS = ("train", "index")
@@ -101,14 +99,6 @@ def read_scrape(path: str | Path) -> list[dict]:
     return rows
 
 
-def _csv(header: list[str], rows: list[list]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
 def run_clean(scrape_jsonl: str | Path, out_dir: str | Path, *, irrelevant_file: str | Path = IRRELEVANT_FILE,
               several: str = "drop") -> dict:
     """Write ``landmarks.csv``, ``dropped.csv``, ``report.md`` and ``report.json`` (last); return the report."""
@@ -136,8 +126,8 @@ def run_clean(scrape_jsonl: str | Path, out_dir: str | Path, *, irrelevant_file:
             c[reason] += 1
         kept.append([row["split"], row["landmark_id"], row["category"], name])
     out_dir = Path(out_dir)
-    atomic_write_text(out_dir / "landmarks.csv", _csv(["split", "landmark_id", "category", "supercategory"], kept))
-    atomic_write_text(out_dir / "dropped.csv", _csv(["split", "landmark_id", "category", "reason", "classes"], dropped))
+    atomic_write_text(out_dir / "landmarks.csv", csv_text(["split", "landmark_id", "category", "supercategory"], kept))
+    atomic_write_text(out_dir / "dropped.csv", csv_text(["split", "landmark_id", "category", "reason", "classes"], dropped))
     names = sorted({r[3] for r in kept})
     scraped = sum(c["scraped"] for c in counts.values())
     removed = scraped - sum(c["kept"] for c in counts.values())

@@ -36,13 +36,16 @@ name), ``<prefix>.csv`` (the per-label table), ``<prefix>.json`` (everything; wr
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 
 import pandas as pd
 
-from rankrepro.io import atomic_write_json, atomic_write_text
+from rankrepro.io import (
+    atomic_write_json,
+    atomic_write_text,
+    csv_text,
+    read_csv_columns,
+)
 
 SPLITS = ("train", "index")
 FILES = {s: f"{s}_label_to_hierarchical.csv" for s in SPLITS}
@@ -53,12 +56,7 @@ LABEL_COLUMNS = ["hierarchical_label", "group", "support", "ours", "tp", "precis
 
 def read_labels(path: Path) -> pd.DataFrame:
     """The labelled landmarks of one file, indexed by integer landmark_id: supercategory and the levels."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    missing = [c for c in NEEDED if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {missing}")
+    df = read_csv_columns(path, NEEDED)
     bad = ~df["landmark_id"].str.strip().str.fullmatch(r"\d+")
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])
@@ -147,13 +145,10 @@ def run_compare(ours_dir, release_dir, out_prefix) -> dict:
     splits["overall"] = summary(pooled["ours"], pooled["release"])
     info = {"ours": str(ours_dir), "release": str(release_dir), "splits": splits,
             "per_label": per_label(pooled["ours"], pooled["release"])}
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(LABEL_COLUMNS)
-    writer.writerows([["" if row[c] is None else round(row[c], 6) if isinstance(row[c], float) else row[c]
-                       for c in LABEL_COLUMNS] for row in info["per_label"]])
+    rows = [["" if row[c] is None else round(row[c], 6) if isinstance(row[c], float) else row[c]
+             for c in LABEL_COLUMNS] for row in info["per_label"]]
     atomic_write_text(prefix + ".md", render(info))
-    atomic_write_text(prefix + ".csv", buffer.getvalue())
+    atomic_write_text(prefix + ".csv", csv_text(LABEL_COLUMNS, rows))
     atomic_write_json(prefix + ".json", info)
     return info
 

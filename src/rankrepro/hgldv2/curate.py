@@ -31,9 +31,7 @@ unanimous.
 
 from __future__ import annotations
 
-import csv
 import difflib
-import io
 import json
 import re
 from collections import Counter, defaultdict
@@ -44,7 +42,12 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from rankrepro.io import atomic_write_json, atomic_write_text
+from rankrepro.io import (
+    atomic_write_json,
+    atomic_write_text,
+    csv_text,
+    read_csv_columns,
+)
 
 SUPERCATEGORIES_FILE = Path(__file__).with_name("supercategories.yaml")
 CURATION_FILE = Path(__file__).with_name("curation.yaml")
@@ -202,26 +205,8 @@ def assign(names: Iterable[str], curation: Curation, cluster_of: dict[str, int] 
     return out
 
 
-def _csv(header: list[str], rows: list[list]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
-def _read_csv(path: Path, columns: Iterable[str]) -> pd.DataFrame:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {missing}")
-    return df
-
-
 def _read_landmarks(path: Path) -> pd.DataFrame:
-    df = _read_csv(path, ["split", "landmark_id", "category", "supercategory"])
+    df = read_csv_columns(path, ["split", "landmark_id", "category", "supercategory"])
     bad = ~df["split"].isin(SPLITS) | ~df["landmark_id"].str.fullmatch(r"\d+")
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])
@@ -256,7 +241,7 @@ def run_curate(landmarks_csv, cluster_dir, curation_file, out_dir, *,
     df = _read_landmarks(landmarks_csv)
     cluster_of = None
     if cur.clusters:
-        table = _read_csv(names_csv, ["name", "cluster"])
+        table = read_csv_columns(names_csv, ["name", "cluster"])
         cluster_of = dict(zip(table["name"], table["cluster"].astype("int64")))
     mapping = assign(sorted(set(df["supercategory"])), cur, cluster_of)
 
@@ -276,7 +261,7 @@ def run_curate(landmarks_csv, cluster_dir, curation_file, out_dir, *,
         landmarks_by_rule.update(counts)
         splits[split] = {"landmarks": len(part), "labelled": counts["name"] + counts["cluster"],
                          "unmapped": counts["unmapped"], "dropped": counts["dropped"]}
-        atomic_write_text(out / RELEASE_FILES[split], _csv(COLUMNS, rows))
+        atomic_write_text(out / RELEASE_FILES[split], csv_text(COLUMNS, rows))
     unmapped = sorted(({"name": n, "landmarks": sum(by_name[n].values()), "train": by_name[n]["train"],
                         "index": by_name[n]["index"]} for n, (_, how) in mapping.items() if how == "unmapped"),
                       key=lambda r: (-r["landmarks"], r["name"]))
@@ -341,7 +326,7 @@ def seed_curation(release_dir, out_file, *, supercategories_file=SUPERCATEGORIES
         raise FileNotFoundError(f"{release_dir}: neither {files[0]} nor {files[1]} exists")
     votes: dict[str, Counter] = defaultdict(Counter)
     for f in present:
-        df = _read_csv(f, ["supercategory", "hierarchical_label"])
+        df = read_csv_columns(f, ["supercategory", "hierarchical_label"])
         for name, label in df[["supercategory", "hierarchical_label"]].itertuples(index=False):
             if label.strip() and norm(name):
                 try:

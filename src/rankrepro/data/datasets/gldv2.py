@@ -77,8 +77,6 @@ Expected counts: only published numbers are enforced (see :attr:`GLDv2.expected_
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +86,7 @@ from rankrepro.data import sources
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_file, write_tar
+from rankrepro.io import csv_text
 
 BASE_URL = "https://s3.amazonaws.com/google-landmark/"
 METADATA = "metadata"
@@ -559,12 +558,3 @@ def attach_hierarchy(table: pd.DataFrame, train_h: pd.DataFrame, index_h: pd.Dat
             part = part[part["level_1"] >= 0]  # SupRank remove_nan: no hierarchical_label, no training row
         parts.append(part)
     return pd.concat(parts, ignore_index=True), names
-
-
-def csv_text(header: list[str], rows: list[list]) -> str:
-    """A CSV as the real files are written: comma-separated, quoted only where needed, ``\\n`` lines."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return buffer.getvalue()
