@@ -15,6 +15,7 @@ include: "workflow/rules/cache.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/sweeps.smk"
 include: "workflow/rules/synthetic.smk"
 include: "workflow/rules/hgldv2.smk"
 
