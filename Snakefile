@@ -24,7 +24,10 @@ rule all:
     input:
         manifest_outputs(),
         table_outputs(),
+        sweep_outputs(),
         synthetic_outputs(),
         hgldv2_outputs(),
         "results/mlflow/imported.json",
+        report_outputs(),
+        "results/README.md",
     default_target: True

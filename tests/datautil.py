@@ -18,3 +18,13 @@ def replica_archive(dataset: str, archive: str | Path, **options) -> str:
     shutil.move(out / f"{name}.sha256", f"{archive}.sha256")
     shutil.rmtree(out)
     return checksum
+
+
+def sop_manifest(root: str | Path) -> Path:
+    """A prepared SOP replica (two classes per super-class, four 16-pixel images per class) under
+    ``root``; returns its manifest folder (what the trainer tests train on)."""
+    root = Path(root)
+    archive = root / "replica.zip"
+    replica_archive("sop", archive, classes_per_super=2, images_per_class=(4, 4), image_size=16)
+    datasets.load("sop").prepare(archive, root / "manifest", data_root=root / "data", replica=True)
+    return root / "manifest"

@@ -241,11 +241,13 @@ def _blocks(stdout, rule):
 def test_workflow_wiring(tmp_path):
     wf = workflow_copy(tmp_path)
     on = _dry_run(wf)
-    assert _jobs(on).get("image_cache") == 1
-    assert on.index("rule image_cache:") < on.index("rule train:")
     cache_json = "results/cache/sop/s256/cache.json"
-    for rule in ("train", "evaluate"):  # SOP: Resize(256) and a (256, 256) squash read the cache
-        for block in _blocks(on, rule):
+    assert _jobs(on).get("image_cache", 0) >= 1
+    assert any(cache_json in b.split("output:")[1] for b in _blocks(on, "image_cache"))
+    sop_blocks = {rule: [b for b in _blocks(on, rule) if "results/runs/sop-" in b] for rule in ("train", "evaluate")}
+    assert sop_blocks["train"] and sop_blocks["evaluate"]
+    for blocks in sop_blocks.values():  # SOP: Resize(256) and a (256, 256) squash read the cache
+        for block in blocks:
             assert cache_json in block.split("output:")[0] and "--image-cache results/cache/sop/s256" in block
 
     (wf / "off.yaml").write_text(yaml.safe_dump({"runtime": {"image_cache": False}}))
@@ -255,8 +257,8 @@ def test_workflow_wiring(tmp_path):
     # a test resize the cache cannot serve: training reads the cache, evaluation the originals
     (wf / "t224.yaml").write_text(yaml.safe_dump({"run_overrides": {"images": {"test_resize": 224}}}))
     mixed = _dry_run(wf, "--configfile", "t224.yaml")
-    assert _jobs(mixed).get("image_cache") == 1
-    assert all(cache_json in b for b in _blocks(mixed, "train"))
+    assert _jobs(mixed).get("image_cache", 0) >= 1
+    assert all(cache_json in b for b in _blocks(mixed, "train") if "results/runs/sop-" in b)
     assert _blocks(mixed, "evaluate") and not any("results/cache/" in b for b in _blocks(mixed, "evaluate"))
 
 

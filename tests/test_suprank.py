@@ -330,6 +330,30 @@ def test_smooth_losses_tend_to_the_exact_metrics():
         assert v == pytest.approx(exact_loss(kind, e, y), abs=1e-5), name
 
 
+def test_sigma_w_relevance_trains_the_sigma_w_ap_it_is_tested_on():
+    """relevance="sigma_w" (supplementary eq. 44): at the exact-rank limit, 1 - loss is the ΣwAP
+    metric (query out of its list, as in evaluation) for uniform and for given weights, and it
+    differs from H-AP (eq. 20) on the same ranking."""
+    from rankrepro.metrics import compute
+
+    y = hier_labels(11, sizes=(2, 3, 4, 2, 5, 3))
+    e = unit(len(y), 8, 11)
+    exact = {"tau": 1e-7, "delta": 1e-6, "rho": 0.0, "start": 0.0, "offset": 1.0, "include_query": False}
+    for weights in (None, [0.8, 0.2]):
+        got = 1 - build("sup_hap", relevance="sigma_w", weights=weights, **exact)(e, y).item()
+        metrics = compute(e, y, metrics=["SwAP", "H-AP"], sigma_w=weights)
+        assert got == pytest.approx(metrics["SwAP"], abs=1e-5), weights
+        assert abs(metrics["SwAP"] - metrics["H-AP"]) > 1e-3
+    hap = 1 - build("sup_hap", **exact)(e, y).item()
+    assert hap == pytest.approx(compute(e, y, metrics=["H-AP"], hap_count_self=False)["H-AP"], abs=1e-5)
+    with pytest.raises(ValueError, match="relevance must be"):
+        build("sup_hap", relevance="swap")
+    with pytest.raises(ValueError, match="weights"):
+        build("sup_hap", weights=[0.5, 0.5])  # weights without relevance sigma_w
+    with pytest.raises(ValueError, match="2 weights"):
+        build("sup_hap", relevance="sigma_w", weights=[1.0])(e, y)
+
+
 def test_hap_with_one_level_equals_ap():
     y = hier_labels(8)
     e = unit(len(y), 6, 8)

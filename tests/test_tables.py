@@ -2,12 +2,19 @@
 
 import csv
 import json
-import re
 from pathlib import Path
 
 import pytest
 
-from rankrepro.experiments.plan import PlanError, load_spec, make_plan, resolve_run, run_id, spec_names
+from rankrepro.experiments.plan import (
+    PlanError,
+    load_setups,
+    load_spec,
+    make_plan,
+    resolve_run,
+    run_id,
+    spec_names,
+)
 from rankrepro.tables.render import REPLICA_NOTE, render
 
 PAPERS = Path(__file__).resolve().parents[2] / "shared" / "papers"
@@ -20,19 +27,14 @@ def test_every_spec_loads_and_has_one_number_per_column():
         assert spec["rows"] and spec["columns"]
 
 
-@pytest.mark.skipif(not (PAPERS / "suprank_tpami.txt").exists(), reason="papers not beside the checkout")
-def test_suprank_table1_numbers_match_the_paper_text():
-    text = (PAPERS / "suprank_tpami.txt").read_text()
-    block = text[text.index("TABLE I:"):text.index("VII-A2")]
-    spec = load_spec("suprank", "table1")
-    for row in spec["rows"]:
-        line = next(l for l in block.splitlines() if l.startswith(row["method"]))
-        numbers = [float(x) for x in re.findall(r"\d+\.\d", line[len(row["method"]):])]
-        assert numbers == row["paper"], row["method"]
+def _plan(overrides=None, **planner_kw):
+    return make_plan({"suprank": ["table1"]}, overrides, **planner_kw)
 
 
-def _plan(overrides=None):
-    return make_plan({"suprank": ["table1"]}, overrides)
+def _plan_with_inat_planned():
+    """Table I as if suprank_inat were still only planned (experiments/planned.yaml)."""
+    setups = {name: s for name, s in load_setups().items() if name != "suprank_inat"}
+    return _plan(setups=setups, planned={"setups": {"suprank_inat"}, "datasets": set(), "losses": set()})
 
 
 def test_cells_share_runs_and_pending_cells_say_why():
@@ -42,7 +44,11 @@ def test_cells_share_runs_and_pending_cells_say_why():
     sop = [c for c in smooth if spec["columns"][c["column"]]["setup"] == "suprank_sop"]
     assert len(sop) == 2 and sop[0]["run_ids"] == sop[1]["run_ids"] and len(sop[0]["run_ids"]) == 1
     inat = [c for c in smooth if spec["columns"][c["column"]]["setup"] == "suprank_inat"]
-    assert all(c["pending"] and "not implemented" in c["pending"] for c in inat)
+    assert len(inat) == 2 and inat[0]["run_ids"] == inat[1]["run_ids"] != sop[0]["run_ids"]
+    planned = _plan_with_inat_planned()["tables"]["suprank/table1"]["cells"]
+    pending = [c for c in planned if spec["columns"][c["column"]]["setup"] == "suprank_inat"]
+    assert pending and all(c["pending"] == "setup suprank_inat not implemented yet" and not c["run_ids"]
+                           for c in pending)
     expected = resolve_run("suprank_sop", {"name": "smooth_ap", "tau": 0.01})
     assert run_id(expected) in runs
 
@@ -62,19 +68,19 @@ def _fake_metrics(runs_dir, runs, r1, map_r, replica):
 
 
 def test_render_puts_paper_ours_and_difference_side_by_side(tmp_path):
-    plan = _plan()
+    plan = _plan_with_inat_planned()
     _fake_metrics(tmp_path / "runs", plan["runs"], 0.8123, 0.5, replica=False)
     rows = render(plan["tables"]["suprank/table1"], tmp_path / "runs", tmp_path / "out" / "table1")
     smooth_r1 = next(r for r in rows if r["method"].startswith("Smooth-AP") and r["column"] == "SOP R@1")
     assert smooth_r1["paper"] == 80.9 and smooth_r1["ours"] == 81.23 and smooth_r1["diff"] == pytest.approx(0.33)
     md = (tmp_path / "out" / "table1.md").read_text()
-    assert "| Smooth-AP [27] | 80.9 | 81.2 | +0.3 | 54.3 | 50.0 | -4.3 | 67.3 | — |" in md
+    assert "| Smooth-AP [27] | <u>80.9</u> | 81.2 | +0.3 | <u>54.3</u> | 50.0 | -4.3 | <u>67.3</u> | — |" in md
     assert "not implemented yet" in md and "Replica data" not in md
     with open(tmp_path / "out" / "table1.csv") as fh:
         table = list(csv.DictReader(fh))
     assert len(table) == 5 * 4 and {r["status"] for r in table} >= {"ours"}
     tex = (tmp_path / "out" / "table1.tex").read_text()
-    assert r"\begin{tabular}" in tex and "80.9 & 81.2 & +0.3" in tex
+    assert r"\begin{tabular}" in tex and r"\underline{80.9} & 81.2 & +0.3" in tex
 
 
 def test_replica_tables_say_so(tmp_path):
@@ -100,3 +106,96 @@ def test_atomic_outputs_get_the_usual_permissions(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert stat.S_IMODE((tmp_path / "x.txt").stat().st_mode) == 0o666 & ~mask
+
+
+# ------------------------------------------------------------------ best / second best marks
+
+
+def test_rank_marks_ties_nulls_and_lower_is_better():
+    from rankrepro.tables.render import BEST, SECOND, rank_marks
+
+    assert rank_marks({"a": 1.0, "b": 3.0, "c": 3.0, "d": None, "e": 2.0}) == {"b": BEST, "c": BEST, "e": SECOND}
+    assert rank_marks({"a": 1.0, "b": 3.0, "e": 2.0}, "lower") == {"a": BEST, "e": SECOND}
+    assert rank_marks({"a": 2.0, "b": 2.0, "c": None}) == {}  # nothing stands out
+    assert rank_marks({"a": 2.0, "b": None}) == {}
+    assert rank_marks({"a": 1.0, "b": 2.0}) == {"b": BEST, "a": SECOND}
+    with pytest.raises(ValueError, match="better"):
+        rank_marks({"a": 1.0}, "more")
+
+
+def _toy_table(tmp_path, best):
+    spec = {"paper": "toy", "table": "t1", "caption": "Toy.", "source": "nowhere", "best": best,
+            "columns": [{"key": "r1", "group": "G", "header": "R@1", "setup": "s", "metric": "R@1"},
+                        {"key": "err", "group": "G", "header": "Err", "setup": "s", "metric": "err", "better": "lower"}],
+            "rows": [{"method": "A", "loss": {"name": "x"}, "paper": [80.0, 5.0]},
+                     {"method": "B", "loss": {"name": "x"}, "paper": [80.0, 3.0]},
+                     {"method": "C", "loss": {"name": "x"}, "paper": [79.0, None]},
+                     {"method": "D", "cited": True, "paper": [78.0, 4.0]}]}
+    metrics = {"A": {"R@1": 0.8149, "err": 0.10}, "B": {"R@1": 0.8151, "err": 0.20}, "C": {"R@1": 0.70}}
+    cells = []
+    for r, row in enumerate(spec["rows"]):
+        for c, column in enumerate(spec["columns"]):
+            have = column["metric"] in metrics.get(row["method"], {})
+            rid = f"{row['method']}-{column['key']}"
+            if have:
+                (tmp_path / "runs" / rid).mkdir(parents=True)
+                (tmp_path / "runs" / rid / "metrics.json").write_text(json.dumps(
+                    {"metrics": {column["metric"]: metrics[row["method"]][column["metric"]]}}))
+            cells.append({"row": r, "column": c, "metric": column["metric"], "run_ids": [rid] if have else [],
+                          "pending": None if have or row.get("cited") else "no run"})
+    table = {"paper": "toy", "table": "t1", "spec": spec, "cells": cells}
+    rows = render(table, tmp_path / "runs", tmp_path / "out" / "t1")
+    return rows, *((tmp_path / "out" / f"t1.{ext}").read_text() for ext in ("md", "tex"))
+
+
+def test_best_and_second_best_are_marked_for_the_paper_and_for_ours(tmp_path):
+    rows, md, tex = _toy_table(tmp_path, {})
+    marks = {(e["method"], e["column"]): (e["paper_mark"], e["ours_mark"]) for e in rows}
+    # R@1 (higher is better): paper 80.0 tie (A, B) best, 79.0 second; ours 81.5 = 81.5 as printed, tie best
+    assert marks[("A", "G R@1")] == ("best", "best") and marks[("B", "G R@1")] == ("best", "best")
+    assert marks[("C", "G R@1")] == ("second", "second") and marks[("D", "G R@1")] == ("", "")
+    # Err (lower is better): paper B 3.0 best, D 4.0 (cited) second, C null; ours A 10.0 best, B 20.0 second
+    assert marks[("B", "G Err")] == ("best", "second") and marks[("D", "G Err")] == ("second", "")
+    assert marks[("A", "G Err")] == ("", "best") and marks[("C", "G Err")] == ("", "")
+    assert "| A | **80.0** | **81.5** | +1.5 | 5.0 | **10.0** | +5.0 |" in md
+    assert "| C | <u>79.0</u> | <u>70.0</u> | -9.0 |  | — |  |" in md
+    assert "| D (cited) | 78.0 | — |  | <u>4.0</u> | — |  |" in md
+    assert r"A & \textbf{80.0} & \textbf{81.5} & +1.5 & 5.0 & \textbf{10.0} & +5.0 \\" in tex
+    assert r"\underline{79.0}" in tex
+    with open(tmp_path / "out" / "t1.csv") as fh:
+        csv_rows = list(csv.DictReader(fh))
+    assert [r["paper_mark"] for r in csv_rows][:4] == ["best", "", "best", "best"]
+
+
+def test_marks_follow_the_groups_and_switches(tmp_path):
+    rows, md, _ = _toy_table(tmp_path / "g", {"groups": [["A", 2], ["B", "D"]], "ours": False})
+    marks = {(e["method"], e["column"]): (e["paper_mark"], e["ours_mark"]) for e in rows}
+    assert marks[("A", "G R@1")] == ("best", "") and marks[("C", "G R@1")] == ("second", "")
+    assert marks[("B", "G R@1")] == ("best", "") and marks[("D", "G R@1")] == ("second", "")
+    assert marks[("B", "G Err")] == ("best", "") and marks[("D", "G Err")] == ("second", "")
+    assert "**81.5**" not in md
+    rows, md, _ = _toy_table(tmp_path / "none", None)
+    assert not any(e["paper_mark"] or e["ours_mark"] for e in rows) and "**" not in md and "<u>" not in md
+
+
+def test_mark_groups_name_exactly_one_row():
+    from rankrepro.tables.render import TableError, mark_groups
+
+    spec = {"paper": "toy", "table": "t", "rows": [{"method": "A"}, {"method": "A"}, {"method": "B"}]}
+    assert mark_groups(dict(spec, best={})) == [[0, 1, 2]] and mark_groups(spec) == []
+    assert mark_groups(dict(spec, best={"groups": [["B", 0]]})) == [[2, 0]]
+    with pytest.raises(TableError, match=r"best.groups\[0\]: 'A' names 2 rows"):
+        mark_groups(dict(spec, best={"groups": [["A"]]}))
+    with pytest.raises(TableError, match=r"best.groups\[0\]: 'Z' names 0 rows"):
+        mark_groups(dict(spec, best={"groups": [["Z"]]}))
+    with pytest.raises(TableError, match="out of range"):
+        mark_groups(dict(spec, best={"groups": [[3]]}))
+
+
+def test_every_specs_best_groups_resolve():
+    from rankrepro.tables.render import mark_groups
+
+    for paper, table in spec_names():
+        spec = load_spec(paper, table)
+        for group in mark_groups(spec):
+            assert len(set(group)) == len(group), f"{paper}/{table}: a row is twice in one best group"

@@ -4,23 +4,17 @@ import json
 
 import pytest
 import torch
+from datautil import sop_manifest
 
-from rankrepro.data import datasets
 from rankrepro.engine import train as train_module
 from rankrepro.engine.evaluate import evaluate
 from rankrepro.engine.train import NonFiniteLossError, train
 from rankrepro.experiments.plan import resolve_run
-from datautil import replica_archive
 
 
 @pytest.fixture(scope="module")
 def manifest_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sop")
-    archive = root / "replica.zip"
-    sop = datasets.load("sop")
-    replica_archive("sop", archive, classes_per_super=2, images_per_class=(4, 4), image_size=16)
-    sop.prepare(archive, root / "manifest", data_root=root / "data", replica=True)
-    return root / "manifest"
+    return sop_manifest(tmp_path_factory.mktemp("sop"))
 
 
 def tiny_run(**overrides):
@@ -58,6 +52,19 @@ def test_resume_after_an_interruption_is_exact(tmp_path, manifest_dir):
     assert not (tmp_path / "b" / "checkpoint.pt").exists()
     history = (tmp_path / "b" / "history.csv").read_text().splitlines()
     assert history[0].startswith("epoch,loss") and len(history) == 3
+
+
+def test_max_batches_per_epoch_ends_each_epoch_early(tmp_path, manifest_dir):
+    def batches(run, out):
+        train(run, manifest_dir, tmp_path / out, run_id=out, progress=False)
+        rows = (tmp_path / out / "history.csv").read_text().splitlines()
+        column = rows[0].split(",").index("batches")
+        return [int(row.split(",")[column]) for row in rows[1:]]
+
+    full = batches(tiny_run(), "full")
+    assert len(full) == 2 and min(full) >= 2  # the replica gives more than one batch per epoch
+    assert batches(tiny_run(max_batches_per_epoch=1), "capped") == [1, 1]
+    assert batches(tiny_run(max_batches_per_epoch=1000), "loose") == full
 
 
 def test_checkpoint_of_another_run_is_refused(tmp_path, manifest_dir):

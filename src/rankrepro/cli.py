@@ -76,18 +76,33 @@ def cmd_train(args) -> None:
     _threads(args.threads)
     _image_cache(args.image_cache)
     run_path = Path(args.run)
-    train(_json(args.run), args.manifest, run_path.parent, device=args.device, num_workers=args.num_workers,
-          run_id=run_path.parent.name, progress=not args.no_progress)
+    model = train(_json(args.run), args.manifest, run_path.parent, device=args.device, num_workers=args.num_workers,
+                  run_id=run_path.parent.name, progress=not args.no_progress)
+    if args.evaluate_out:
+        from rankrepro.data.images import use_image_cache
+
+        use_image_cache(args.eval_image_cache)  # the evaluation transform's cache, or the originals
+        _evaluate(args, model, args.evaluate_out)
 
 
 def cmd_evaluate(args) -> None:
-    from rankrepro.engine.evaluate import evaluate
-
     _threads(args.threads)
     _image_cache(args.image_cache)
-    result = evaluate(_json(args.run), args.manifest, args.model, args.out, device=args.device,
+    _evaluate(args, args.model, args.out)
+
+
+def _evaluate(args, model, out) -> None:
+    """Evaluate ``args.run``'s ``model`` into ``out`` (metrics.json) and, with ``--curve``, plot the
+    run's training curve (history.csv beside run.json, the final metrics in the title)."""
+    from rankrepro.engine.evaluate import evaluate
+
+    result = evaluate(_json(args.run), args.manifest, model, out, device=args.device,
                       num_workers=args.num_workers, batch_size=args.batch_size, run_id=Path(args.run).parent.name,
                       progress=not args.no_progress)
+    if args.curve:
+        from rankrepro.tables.plots import training_curve
+
+        training_curve(Path(args.run).parent / "history.csv", args.curve, metrics_json=out)
     print(json.dumps(result["metrics"]))
 
 
@@ -96,6 +111,36 @@ def cmd_table(args) -> None:
 
     render(_json(args.plan), args.runs_dir, args.out_prefix)
     print(Path(args.out_prefix).with_suffix(".md").read_text())
+
+
+def cmd_sweep_plot(args) -> None:
+    from rankrepro.tables.sweep import sweep_plot
+
+    print(sweep_plot(_json(args.plan), args.runs_dir, args.out))
+
+
+def cmd_results_index(args) -> None:
+    from rankrepro.tables.index import write_index
+
+    total = write_index(args.plan, args.results_dir, args.out, html_out=args.html)["total"]
+    print(f"{args.out}: {total['tables']} tables, {total['reproduced']}/{total['cells']} cells reproduced, "
+          f"{total['within']} within one point, {total['gpu_h']:.2f} GPU-hours, {total['cpu_h']:.2f} CPU-hours")
+
+
+def cmd_table_html(args) -> None:
+    from rankrepro.tables.index import write_table_html
+
+    write_table_html(args.plan, args.csv, args.out)
+
+
+def cmd_plot(args) -> None:
+    from rankrepro.tables import plots
+
+    if args.what == "curve":
+        plots.training_curve(args.history, args.out, metrics_json=args.metrics, title=args.title)
+    else:
+        plots.paper_scatter(args.paper, args.tables, args.out)
+    print(f"wrote {args.out}")
 
 
 def cmd_plan(args) -> None:
@@ -198,10 +243,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--image-cache", help="a resized image cache folder (python -m rankrepro cache), read when "
                        "it matches the manifest and the transform; else the originals, with a warning")
         p.set_defaults(func=func)
+        p.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
+        p.add_argument("--curve", help="also plot the run's training curve (history.csv beside --run, the "
+                       "final metrics in the title) to this PNG")
         if name == "evaluate":
             p.add_argument("--model", required=True)
             p.add_argument("--out", required=True)
-            p.add_argument("--batch-size", type=int, default=256)
+        else:
+            p.add_argument("--evaluate-out", help="then evaluate the trained model into this metrics.json in the "
+                           "same process (runtime.evaluate_in_train_job)")
+            p.add_argument("--eval-image-cache", help="the image cache of that evaluation (default: the originals)")
 
     p = sub.add_parser("cache", help="write a manifest's images with the shorter side resized to --size "
                        "(JPEG q95; resumable; cache.json last)")
@@ -218,6 +269,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", required=True)
     p.add_argument("--out-prefix", required=True)
     p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("sweep-plot", help="plot a sweep spec's points (a paper figure: ours beside the paper's)")
+    p.add_argument("--plan", required=True, help="the sweep's plan: results/plan/tables/<paper>/<table>.json")
+    p.add_argument("--runs-dir", required=True)
+    p.add_argument("--out", required=True, help="results/tables/<paper>/<table>.png")
+    p.set_defaults(func=cmd_sweep_plot)
+
+    p = sub.add_parser("results-index", help="write results/README.md: per table, cells reproduced, within one "
+                       "point, pending (why), replica or real data, GPU- and CPU-hours")
+    p.add_argument("--plan", required=True, help="results/plan/plan.json")
+    p.add_argument("--results-dir", default="results", help="where tables/, runs/, synthetic/, hgldv2/ are")
+    p.add_argument("--out", required=True, help="results/README.md")
+    p.add_argument("--html", help="also the index as an HTML page (the report's copy)")
+    p.set_defaults(func=cmd_results_index)
+
+    p = sub.add_parser("table-html", help="an HTML page of a rendered table (for the Snakemake report)")
+    p.add_argument("--plan", required=True, help="the table's plan: results/plan/tables/<paper>/<table>.json")
+    p.add_argument("--csv", required=True, help="the rendered table: results/tables/<paper>/<table>.csv")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_table_html)
+
+    p = sub.add_parser("plot", help="a run's training curve, or a paper's paper-vs-ours scatter (PNG)")
+    p.add_argument("what", choices=["curve", "scatter"])
+    p.add_argument("--out", required=True)
+    p.add_argument("--history", help="curve: results/runs/<id>/history.csv")
+    p.add_argument("--metrics", help="curve: results/runs/<id>/metrics.json (final metrics in the title)")
+    p.add_argument("--title", help="curve: default the run folder's name")
+    p.add_argument("--paper", help="scatter: the paper's name")
+    p.add_argument("--tables", nargs="*", default=[], help="scatter: the paper's table CSVs")
+    p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("plan", help="write the plan of a config file (what the Snakefile does at start)")
     p.add_argument("--config", default="config.yaml")
@@ -250,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     hgldv2_cli.register(sub)
 
     p = sub.add_parser("bench", help="benchmarks that write results/bench/<what>.md")
-    p.add_argument("what", choices=["losses", "metrics", "plan", "pipeline"])
+    p.add_argument("what", choices=["losses", "metrics", "plan", "pipeline", "demo"])
     p.add_argument("--out", default="results/bench")
     p.add_argument("--device", help="cpu or cuda (metrics: default cpu, writes metrics-cuda.md on cuda; "
                    "losses: default every device present; pipeline: default cuda when present, "

@@ -216,6 +216,39 @@ def run_eval_cache_args(wildcards):
     return ["--image-cache", folder] if folder else []
 
 
+# -- the train and evaluate jobs' outputs (train.smk, evaluate.smk) --------------------------------
+
+
+def evaluate_outputs():
+    """What evaluating a run writes: metrics.json and the training curve for the report."""
+    return {
+        "metrics": "results/runs/{run_id}/metrics.json",
+        "curve": report("results/runs/{run_id}/curve.png", caption="../report/curve.rst", category=run_paper,
+                        subcategory="training curves", labels=run_labels),
+    }
+
+
+def train_outputs():
+    """model.pt and history.csv, and evaluate_outputs() too with runtime.evaluate_in_train_job."""
+    outputs = {"model": "results/runs/{run_id}/model.pt", "history": "results/runs/{run_id}/history.csv"}
+    return {**outputs, **evaluate_outputs()} if RUNTIME["evaluate_in_train_job"] else outputs
+
+
+def run_fused_eval_cache(wildcards):
+    """The evaluation's cache.json when the train job evaluates too (else nothing)."""
+    return run_eval_cache(wildcards) if RUNTIME["evaluate_in_train_job"] else []
+
+
+def run_fused_evaluate_args(wildcards):
+    """The train command's evaluation arguments with runtime.evaluate_in_train_job (else none)."""
+    if not RUNTIME["evaluate_in_train_job"]:
+        return []
+    folder = run_image_cache_dir(wildcards, "evaluate")
+    run_dir = f"results/runs/{wildcards.run_id}"
+    return (["--evaluate-out", f"{run_dir}/metrics.json", "--curve", f"{run_dir}/curve.png",
+             "--batch-size", str(RUNTIME["eval_batch_size"])] + (["--eval-image-cache", folder] if folder else []))
+
+
 # H-GLDv2 rebuilt (workflow/rules/hgldv2.smk).
 HGLDV2 = PLAN["hgldv2"]
 HGLDV2_DIR = "results/hgldv2"
@@ -252,3 +285,88 @@ def hgldv2_scrape_args(wildcards):
 
 def hgldv2_curation():
     return HGLDV2["curation"] or str(HGLDV2_PACKAGE / "curation.yaml")
+
+
+# Results index and report (workflow/rules/tables.smk).
+
+
+def run_tables(run_id):
+    """The tables ("<paper>/<table>") that use a run, in plan order."""
+    return [key for key, table in PLAN["tables"].items() if run_id in table.get("runs", [])]
+
+
+def run_paper(wildcards):
+    """The report category of a run's training curve: the first paper whose tables use it."""
+    tables = run_tables(wildcards.run_id)
+    return PLAN["tables"][tables[0]]["paper"] if tables else "other runs"
+
+
+def run_labels(wildcards):
+    """The report labels of a run's training curve (a run shared by several tables names them all)."""
+    run = run_of(wildcards)
+    return {"run": wildcards.run_id, "dataset": run["dataset"], "loss": run["loss"]["name"],
+            "tables": ", ".join(run_tables(wildcards.run_id)) or "none"}
+
+
+def table_labels(wildcards):
+    return {"table": wildcards.table, "kind": PLAN["tables"][f"{wildcards.paper}/{wildcards.table}"]["spec"].get(
+        "kind", "runs")}
+
+
+def paper_table_csvs(wildcards):
+    """The CSVs of a paper's planned tables."""
+    tables = [key for key, table in PLAN["tables"].items() if table["paper"] == wildcards.paper]
+    if not tables:
+        raise WorkflowError(f"no table of paper {wildcards.paper!r} is in config.yaml's tables")
+    return [f"results/tables/{key}.csv" for key in tables]
+
+
+def report_outputs():
+    """What the report shows, besides the index: an HTML page per table, a training curve per run
+    of a table, a paper-vs-ours scatter per paper, the plot of each sweep."""
+    runs = dict.fromkeys(rid for table in PLAN["tables"].values() for rid in table.get("runs", []))
+    papers = dict.fromkeys(table["paper"] for table in PLAN["tables"].values())
+    return ([f"results/tables/{key}.html" for key in PLAN["tables"]]
+            + [f"results/runs/{rid}/curve.png" for rid in runs]
+            + [f"results/tables/{paper}/scatter.png" for paper in papers]
+            + sweep_outputs())
+
+
+def index_inputs():
+    """Everything results/README.md summarises or links: every table's CSV, the runs' records, the
+    synthetic results, the H-GLDv2 comparison, and the figures it links."""
+    runs = dict.fromkeys(rid for table in PLAN["tables"].values() for rid in table.get("runs", []))
+    return (table_outputs()
+            + [f"results/runs/{rid}/{name}" for rid in runs for name in ("history.csv", "metrics.json")]
+            + synthetic_outputs() + hgldv2_outputs() + report_outputs())
+
+
+# Sweeps (workflow/rules/sweeps.smk).
+
+
+def sweep_tables():
+    """The planned tables of kind sweep ("<paper>/<table>": paper figures, one row per point)."""
+    return [key for key, table in PLAN["tables"].items() if table["spec"].get("kind") == "sweep"]
+
+
+def sweep_outputs():
+    """The plots of the planned sweeps (results/tables/<paper>/<table>.png); their md/csv/tex are
+    table_outputs()."""
+    return [f"results/tables/{key}.png" for key in sweep_tables()]
+
+
+def sweep_table_pattern():
+    """The sweep plot's {table} wildcard: the planned sweeps' names only (never scatter.png)."""
+    return "|".join(sorted({PLAN["tables"][key]["table"] for key in sweep_tables()})) or "(?!)"
+
+
+def sweep_inputs(wildcards):
+    """A sweep's runs' metrics.json (its reference runs included); fails for a table that is not a sweep."""
+    key = f"{wildcards.paper}/{wildcards.table}"
+    if key not in sweep_tables():
+        raise WorkflowError(f"{key} is not a planned sweep (kind: sweep in config.yaml's tables)")
+    return table_inputs(wildcards)
+
+
+def sweep_labels(wildcards):
+    return {"figure": wildcards.table, "paper": wildcards.paper}

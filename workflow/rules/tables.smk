@@ -40,3 +40,74 @@ rule track:
     shell:
         "python -m rankrepro track --plan {input.plan:q} --tracking-uri {params.uri:q}"
         " --experiment {params.experiment:q} --artifact-root {params.artifact_root:q} --out {output:q} > {log:q} 2>&1"
+
+
+# -- Results index and the Snakemake report (snakemake --report results/report.html): each table as
+# an HTML page, a training curve per run (written by the evaluate job), a paper-vs-ours scatter per paper, all under the paper's
+# category; results/README.md indexes them. Helpers: the end of common.smk.
+
+
+report: "../report/workflow.rst"
+
+
+rule table_html:
+    input:
+        plan=table_plan,
+        csv="results/tables/{paper}/{table}.csv",
+    output:
+        report(
+            "results/tables/{paper}/{table}.html",
+            caption="../report/table.rst",
+            category="{paper}",
+            subcategory="tables",
+            labels=table_labels,
+        ),
+    log:
+        "results/logs/table_html/{paper}/{table}.log",
+    conda:
+        "../../envs/train.yaml"
+    localrule: True
+    shell:
+        "python -m rankrepro table-html --plan {input.plan:q} --csv {input.csv:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule paper_scatter:
+    input:
+        paper_table_csvs,
+    output:
+        report(
+            "results/tables/{paper}/scatter.png",
+            caption="../report/scatter.rst",
+            category="{paper}",
+            subcategory="paper vs ours",
+            labels={"figure": "paper vs ours", "paper": "{paper}"},
+        ),
+    log:
+        "results/logs/paper_scatter/{paper}.log",
+    conda:
+        "../../envs/train.yaml"
+    localrule: True
+    shell:
+        "python -m rankrepro plot scatter --paper {wildcards.paper:q} --tables {input:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule results_index:
+    input:
+        plan=PLAN_FILE,
+        results=index_inputs(),
+    output:
+        md="results/README.md",
+        html=report(
+            "results/index.html",
+            caption="../report/index.rst",
+            category="Results index",
+            labels={"page": "results/README.md"},
+        ),
+    log:
+        "results/logs/results_index.log",
+    conda:
+        "../../envs/train.yaml"
+    localrule: True
+    shell:
+        "python -m rankrepro results-index --plan {input.plan:q} --results-dir results --out {output.md:q}"
+        " --html {output.html:q} > {log:q} 2>&1"

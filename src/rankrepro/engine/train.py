@@ -3,8 +3,10 @@
 Adam (or SGD) with one learning rate for the backbone and one for the head (and
 one for loss parameters such as proxies); a per-epoch cosine or multi-step
 schedule; warm-up epochs during which the backbone is frozen and the schedules
-pause (SupRank's ``warmup_step``); autocast on CUDA; a checkpoint after every
-epoch from which a retried job resumes exactly; a per-epoch history.
+pause (SupRank's ``warmup_step``); for ``projection_init: pca``, the projection set to the
+PCA of the training features before a fresh run; autocast on CUDA; a checkpoint after every
+epoch from which a retried job resumes exactly; a per-epoch history. ``max_batches_per_epoch``
+ends an epoch early (smoke runs on replicas; null trains the sampler's whole epoch).
 """
 
 from __future__ import annotations
@@ -29,14 +31,18 @@ from rankrepro.losses.registry import data_context
 from rankrepro.data.images import ImageDataset
 from rankrepro.data.manifest import read_manifest
 from rankrepro.data.samplers import build_sampler
-from rankrepro.data.transforms import train_transform
+from rankrepro.data.transforms import test_transform, train_transform
 from rankrepro.engine.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
 from rankrepro.engine.device import autocast, grad_scaler, resolve_device
 from rankrepro.engine.optim import build_optimizer, build_scheduler
 from rankrepro.io import atomic_path, atomic_write_text
 from rankrepro.models import build_model
+from rankrepro.models.pca import init_projection_pca
 
-HISTORY_FIELDS = ["epoch", "loss", "lr_backbone", "lr_head", "seconds", "images_per_s", "backbone_frozen"]
+# device: where the epoch ran ("cpu", or "cuda: <GPU name>"); with seconds, what the results index
+# (rankrepro.tables.index) sums into GPU-hours and CPU-hours
+HISTORY_FIELDS = ["epoch", "loss", "lr_backbone", "lr_head", "seconds", "batches", "images_per_s", "device",
+                  "backbone_frozen"]
 
 
 class NonFiniteLossError(RuntimeError):
@@ -110,6 +116,9 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
         start = state["epoch"] + 1
         set_rng_state(state["rng"])
         print(f"resuming {run_id} from {ckpt_path} after epoch {state['epoch']}", file=sys.stderr)
+    elif getattr(model, "projection_init", "random") == "pca":  # a fresh run only: a checkpoint holds the result
+        init_projection_pca(model, ImageDataset(manifest, test_transform(run["images"]), contiguous=True), device=dev,
+                            amp=amp, max_images=model.pca_images, seed=run["seed"], num_workers=num_workers)
 
     for epoch in range(start, run["epochs"]):
         frozen = epoch < run["warmup_epochs"]
@@ -121,9 +130,10 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
         generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,))))
         loader = DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, generator=generator,
                             pin_memory=dev.type == "cuda", persistent_workers=False)
-        t0, seen, total = time.perf_counter(), 0, 0.0
+        t0, seen, total, batches = time.perf_counter(), 0, 0.0, 0
+        cap = run.get("max_batches_per_epoch")
         bar = tqdm(loader, desc=f"epoch {epoch + 1}/{run['epochs']}", file=sys.stderr, disable=not progress,
-                   mininterval=5.0)
+                   mininterval=5.0, total=min(len(sampler), cap) if cap else None)
         for step, (images, labels, _) in enumerate(bar):
             images, labels = images.to(dev, non_blocking=True), labels.to(dev, non_blocking=True)
             with autocast(dev, amp):
@@ -138,13 +148,17 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
             scaler.step(optimizer)
             scaler.update()
             seen += len(images)
+            batches += 1
             total += loss.item() * len(images)
             bar.set_postfix(loss=f"{loss.item():.4f}")
+            if cap and step + 1 >= cap:
+                break
         seconds = time.perf_counter() - t0
         history.append({
             "epoch": epoch + 1, "loss": total / max(seen, 1), "lr_backbone": _lr(optimizer, "backbone"),
-            "lr_head": _lr(optimizer, "head"), "seconds": round(seconds, 3),
+            "lr_head": _lr(optimizer, "head"), "seconds": round(seconds, 3), "batches": batches,
             "images_per_s": round(seen / seconds, 2) if seconds > 0 else math.nan, "backbone_frozen": frozen,
+            "device": f"cuda: {torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else dev.type,
         })
         if not frozen:
             scheduler.step()

@@ -26,6 +26,14 @@ A spec of ``kind: dataset_statistics`` (e.g. a paper's dataset table) has no run
 manifest when the table is rendered (:mod:`rankrepro.tables.render`). Its datasets are
 prepared like the runs' datasets; a planned one makes the row pending.
 
+A spec of ``kind: sweep`` (a figure that sweeps one setting, e.g. SupRank's Figs. 6-8) has
+``panels`` instead of rows and columns: each point is the run of the panel's setup, its
+``run`` block and ``loss``, with the run's ``param`` (a dotted path) set to one of ``values``
+(merged after the loss, before the config's overrides, so a point whose resolved run equals
+a table's cell shares its id); with a ``reference`` the point also needs the reference loss's
+run at the same value (its value is the relative gain). :meth:`Planner.plan_sweep` expands it
+into one row per point (:func:`sweep_rows`), rendered by :mod:`rankrepro.tables.sweep`.
+
 The **plan** (:func:`make_plan`) holds the runs, each table's cells and the datasets the
 DAG prepares; :func:`write_plan` writes it under ``results/plan/`` (a file is rewritten
 only when its content changes, so Snakemake's mtimes stay put).
@@ -46,9 +54,9 @@ import yaml
 from rankrepro import catalog as catalog_mod
 from rankrepro.registry import ParameterError, check_parameters
 
-__all__ = ["PlanError", "Planner", "SCHEMA_DIR", "STATISTICS", "load_setups", "load_spec", "spec_names",
-           "spec_kind", "row_label", "resolve_run",
-           "run_id", "make_plan", "plan_from_config", "write_plan", "deep_merge", "canonical_json"]
+__all__ = ["SCHEMA_DIR", "STATISTICS", "SWEEP", "PlanError", "Planner", "canonical_json", "deep_merge", "load_setups",
+           "load_spec", "make_plan", "plan_from_config", "resolve_run", "row_label", "run_id", "spec_kind",
+           "spec_names", "sweep_rows", "write_plan"]
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "workflow" / "schemas"
 SETUPS_DIR = Path(__file__).resolve().parent / "setups"
@@ -262,6 +270,9 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
                             f"{', '.join(sorted(catalog[kind]))}")
     for path, (kind, extra) in COMPONENTS.items():
         block = _get(run, path)
+        if isinstance(block, str):  # a bare name (e.g. the model's default pooling "avg")
+            block = {"name": block}
+            _get(run, path[:-1])[path[-1]] = block
         name = block["name"]
         if name not in catalog[kind]:
             raise PlanError(f"{_where(origins, (*path, 'name'), context)}: unknown {kind} {name!r}; registered: "
@@ -351,6 +362,8 @@ def setup_layers(name: str, setups: dict[str, Setup]) -> list[tuple[str, dict]]:
 SPECS_DIR = Path(str(resources.files("rankrepro.tables").joinpath("specs")))
 #: the kind of a spec whose cells are computed from dataset manifests instead of runs
 STATISTICS = "dataset_statistics"
+#: the kind of a spec that sweeps one run setting over values (a figure): one row per point
+SWEEP = "sweep"
 
 
 def spec_kind(spec: dict) -> str:
@@ -369,7 +382,8 @@ def spec_names(specs_dir: str | Path = SPECS_DIR) -> list[tuple[str, str]]:
 
 def load_spec(paper: str, table: str, schemas: Schemas | None = None, specs_dir: str | Path = SPECS_DIR) -> dict:
     """A table spec (``<specs_dir>/<paper>/<table>.yaml``), checked against the table schema (and one
-    paper number per column)."""
+    paper number per column); a sweep's gains the ``columns`` and ``rows`` it expands into
+    (:func:`sweep_rows`)."""
     schemas = schemas or Schemas()
     path = Path(specs_dir) / paper / f"{table}.yaml"
     if not path.is_file():
@@ -377,11 +391,30 @@ def load_spec(paper: str, table: str, schemas: Schemas | None = None, specs_dir:
                         f"{', '.join(f'{p}/{t}' for p, t in spec_names(specs_dir))}")
     spec = load_yaml(path)
     where = _rel(path)
+    if isinstance(spec, dict) and spec.get("kind") == SWEEP:  # the schema's message would name no key
+        for key in ("columns", "rows", "best"):
+            if key in spec:
+                raise PlanError(f"{where}: {key}: a sweep has panels, not {key} (it renders one row per point)")
     validate(spec, schemas.table, where)
     if (spec["paper"], spec["table"]) != (paper, table):
         raise PlanError(f"{where}: paper/table say {spec['paper']}/{spec['table']}, the file is {paper}/{table}")
     if spec_kind(spec) == STATISTICS and "seeds" in spec:
         raise PlanError(f"{where}: seeds: a {STATISTICS} table has no runs to seed")
+    if spec_kind(spec) == SWEEP:
+        for p, panel in enumerate(spec["panels"]):
+            if len(panel["paper"]) != len(panel["values"]):
+                raise PlanError(f"{where}: panels[{p}].paper: {len(panel['paper'])} numbers for "
+                                f"{len(panel['values'])} values ({panel['key']!r})")
+            for prefix, block in ((("panels", p, "run"), panel.get("run")),
+                                  (("panels", p, "reference", "run"), (panel.get("reference") or {}).get("run"))):
+                if block is not None:
+                    validate(block, schemas.partial_run, where, prefix=prefix)
+            for i, value in enumerate(panel["values"]):
+                validate(sweep_layer(panel["param"], value), schemas.partial_run, where,
+                         prefix=("panels", p, "values", i))
+        spec["columns"], spec["rows"] = sweep_rows(spec)  # the table it renders as: one row per point
+        spec["_file"] = where
+        return spec
     for r, row in enumerate(spec["rows"]):
         if len(row["paper"]) != len(spec["columns"]):
             raise PlanError(f"{where}: rows[{r}].paper: {len(row['paper'])} numbers for "
@@ -416,6 +449,48 @@ class StatisticsCell:
     dataset: str
     splits: list[str]
     pending: str | None = None  # why the dataset has no manifest (yet)
+
+
+@dataclass
+class SweepCell:
+    """A point of a ``sweep`` spec (row ``row`` of its expanded table, one column): the panel's
+    ``metric`` of ``run_ids`` (seeds) at ``value`` of its ``param``, and with a reference the
+    runs of the reference loss at the same value. ``resolved`` is the value the runs have
+    (the config's overrides may set the swept key too)."""
+    row: int
+    column: int
+    metric: str
+    panel: str
+    param: str
+    value: object
+    run_ids: list[str] = field(default_factory=list)
+    reference_run_ids: list[str] = field(default_factory=list)
+    resolved: object = None
+    pending: str | None = None
+
+
+def sweep_layer(param: str, value) -> dict:
+    """The partial run that sets the dotted ``param`` (``loss.lam``) to ``value``."""
+    layer: dict = value
+    for key in reversed(param.split(".")):
+        layer = {key: layer}
+    return layer
+
+
+def _value_text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def sweep_rows(spec: dict) -> tuple[list[dict], list[dict]]:
+    """The one column and the rows (one per panel and value: ``method`` = "<title>: <label> =
+    <value>", ``paper`` = [the paper's point]) a sweep spec expands into."""
+    rows = []
+    for panel in spec["panels"]:
+        label = panel.get("label", panel["param"])
+        for value, paper in zip(panel["values"], panel["paper"]):
+            rows.append({"method": f"{panel['title']}: {label} = {_value_text(value)}", "paper": [paper],
+                         "panel": panel["key"], "value": value})
+    return [{"key": "point", "group": "", "header": "value"}], rows
 
 
 def load_planned(path: Path = PLANNED_FILE) -> dict:
@@ -495,6 +570,41 @@ class Planner:
                 cells.append(StatisticsCell(r, c, column["statistic"], row["dataset"], splits, pending))
         return cells, sorted(datasets)
 
+    def plan_sweep(self, spec: dict) -> tuple[list[SweepCell], dict]:
+        """The points of a ``sweep`` spec (one per panel and value, in order) and the runs
+        ``{run_id: run}`` they need (the reference's included)."""
+        cells, runs = [], {}
+        where = spec.get("_file", f"{spec['paper']}/{spec['table']}")
+        for p, panel in enumerate(spec["panels"]):
+            path = tuple(panel["param"].split("."))
+            reference = panel.get("reference")
+            arms = [("loss", [(f"{where}: panels[{p}].run", panel.get("run", {})),
+                              (f"{where}: panels[{p}].loss", {"loss": panel["loss"]})])]
+            if reference is not None:
+                arms.append(("reference", [(f"{where}: panels[{p}].run", panel.get("run", {})),
+                                           (f"{where}: panels[{p}].reference.loss", {"loss": reference["loss"]}),
+                                           (f"{where}: panels[{p}].reference.run", reference.get("run", {}))]))
+            pending = None
+            for arm, arm_layers in arms:
+                loss = arm_layers[-1 if arm == "loss" else 1][1]["loss"]
+                pending = pending or self.pending(panel["setup"], loss["name"], f"{where}: panels[{p}].{arm}")
+            for i, value in enumerate(panel["values"]):
+                cell = SweepCell(len(cells), 0, panel["metric"], panel["key"], panel["param"], value, pending=pending)
+                cells.append(cell)
+                if pending:
+                    continue
+                for arm, arm_layers in arms:
+                    layers = [*arm_layers, (f"{where}: panels[{p}].values[{i}]", sweep_layer(panel["param"], value))]
+                    context = f" (sweep {panel['key']!r}, {panel['param']} = {_value_text(value)}, {arm})"
+                    for seed in spec.get("seeds", [None]):
+                        run = self.resolve(panel["setup"], layers, seed, context)
+                        rid = run_id(run)
+                        runs[rid] = run
+                        (cell.run_ids if arm == "loss" else cell.reference_run_ids).append(rid)
+                        if arm == "loss":
+                            cell.resolved = _get(run, path)
+        return cells, runs
+
     def plan_table(self, spec: dict) -> tuple[list[Cell], dict]:
         """The cells of a table and the runs ``{run_id: run}`` they need."""
         cells, runs = [], {}
@@ -537,7 +647,9 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
     (``synthetic``: the config's results that need no dataset, :mod:`rankrepro.synthetic`).
     A ``dataset_statistics`` table has no runs; its entry adds ``"datasets"`` (those whose
     manifests its cells read, planned with the runs' datasets) and ``"spec_file"`` (for
-    errors found when rendering)."""
+    errors found when rendering). A ``sweep`` table's cells are its points
+    (:class:`SweepCell`), its spec has the ``columns`` and ``rows`` it renders as
+    (:func:`sweep_rows`, added by :func:`load_spec`)."""
     if setups_dir is not None and "setups" not in planner_kw:
         planner_kw["setups"] = load_setups(setups_dir, planner_kw.get("schemas"))
     planner = Planner(overrides, **planner_kw)
@@ -554,7 +666,11 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
         for table in names:
             spec = load_spec(paper, table, planner.schemas, specs_dir)
             entry = {"paper": paper, "table": table, "spec": {k: v for k, v in spec.items() if k != "_file"}}
-            if spec_kind(spec) == STATISTICS:
+            if spec_kind(spec) == SWEEP:
+                cells, table_runs = planner.plan_sweep(spec)
+                runs.update(table_runs)
+                entry.update(cells=[asdict(cell) for cell in cells], runs=sorted(table_runs), spec_file=spec["_file"])
+            elif spec_kind(spec) == STATISTICS:
                 cells, table_datasets = planner.plan_statistics(spec)
                 statistics_datasets.update(table_datasets)
                 entry.update(cells=[asdict(cell) for cell in cells], runs=[], datasets=table_datasets,

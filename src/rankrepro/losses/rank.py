@@ -93,6 +93,7 @@ __all__ = [
     "prepare_lists",
     "shared_levels",
     "happier_relevance",
+    "sigma_w_relevance",
     "ap_head",
     "recall_head",
     "ndcg_head",
@@ -576,6 +577,34 @@ def happier_relevance(levels: torch.Tensor, num_levels: int, alpha: float = 1.0,
     w = (torch.arange(num_levels + 1, device=levels.device, dtype=torch.float64) / num_levels) ** alpha
     w[0] = 0.0
     per_level = w.unsqueeze(0) / counts.clamp_min(1).to(torch.float64)  # [Q, L+1]
+    rel = per_level.gather(1, levels.clamp(0, num_levels)).float()
+    return rel * list_mask
+
+
+def sigma_w_relevance(levels: torch.Tensor, num_levels: int, weights=None,
+                      list_mask: torch.Tensor | None = None) -> torch.Tensor:
+    r"""The relevance under which H-AP equals ΣwAP = sum_l w_l AP^(l) (supplementary eq. 44).
+
+    rel(k) = sum_{p=1}^{l_k} w_p / |Omega^{+,p}| where l_k is the number of levels k shares with
+    the query, Omega^{+,p} the items of the query's list sharing at least p levels, and w_p the
+    weight of AP at level p. ``weights``: one per label column, finest first (column c is level
+    L - c; default uniform 1/L), as :func:`rankrepro.metrics.hierarchical.relevance`
+    (``property1``) takes them, so a model trained on it optimises the ΣwAP it is tested on.
+    """
+    levels = levels.long()
+    if list_mask is None:
+        list_mask = torch.ones_like(levels, dtype=torch.bool)
+    w_col = [1.0 / num_levels] * num_levels if weights is None else [float(x) for x in weights]
+    if len(w_col) != num_levels:
+        raise ValueError(f"sigma_w relevance needs {num_levels} weights (one per label column), got {len(w_col)}")
+    onehot = torch.nn.functional.one_hot(levels.clamp(0, num_levels), num_levels + 1)
+    counts = (onehot * list_mask.unsqueeze(-1)).sum(1).to(torch.float64)  # [Q, L+1]
+    per_level = torch.zeros_like(counts)
+    acc = torch.zeros_like(counts[:, 0])
+    for p in range(1, num_levels + 1):
+        tail = counts[:, p:].sum(1)
+        acc = acc + torch.where(tail > 0, w_col[num_levels - p] / tail.clamp(min=1), torch.zeros_like(tail))
+        per_level[:, p] = acc
     rel = per_level.gather(1, levels.clamp(0, num_levels)).float()
     return rel * list_mask
 

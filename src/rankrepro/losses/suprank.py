@@ -72,6 +72,7 @@ from .rank import (
     ideal_dcg,
     ndcg_head,
     recall_head,
+    sigma_w_relevance,
     stepped,
 )
 from .registry import compose, pick, register
@@ -116,22 +117,36 @@ class RecallLoss(RankingLoss):
 
 
 class HAPLoss(RankingLoss):
-    r"""1 - mean H-AP (eq. 19 / 21) with HAPPIER's relevance (eq. 20, exponent ``alpha``)."""
+    r"""1 - mean H-AP (eq. 19 / 21). ``relevance``: ``"hap"`` = HAPPIER's relevance (eq. 20,
+    exponent ``alpha``); ``"sigma_w"`` = the relevance of supplementary eq. 44, under which H-AP is
+    ΣwAP = sum_l w_l AP^(l) (``weights`` per label column, finest first, default uniform; Table XI's
+    "trained with ΣwAP" row)."""
 
     hierarchical = True
 
-    def __init__(self, *, step: Step, alpha: float = 1.0, include_query: bool = True,
-                 chunk_size: int | None = None, max_elements: int = DEFAULT_MAX_ELEMENTS):
+    def __init__(self, *, step: Step, alpha: float = 1.0, relevance: str = "hap", weights: list | None = None,
+                 include_query: bool = True, chunk_size: int | None = None,
+                 max_elements: int = DEFAULT_MAX_ELEMENTS):
         super().__init__(step=step, include_query=include_query, chunk_size=chunk_size, max_elements=max_elements)
         if not alpha >= 0:
             raise ValueError(f"alpha (relevance exponent) must be >= 0, got {alpha}")
-        self.alpha = float(alpha)
+        if relevance not in ("hap", "sigma_w"):
+            raise ValueError(f"relevance must be 'hap' (eq. 20) or 'sigma_w' (ΣwAP, eq. 44), got {relevance!r}")
+        if weights is not None and (relevance != "sigma_w" or not weights or min(float(w) for w in weights) < 0):
+            raise ValueError(f"weights (non-negative, one per label column) go with relevance 'sigma_w', got "
+                             f"{weights!r} with relevance {relevance!r}")
+        self.alpha, self.relevance = float(alpha), relevance
+        self.weights = None if weights is None else [float(w) for w in weights]
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, alpha={self.alpha}"
+        extra = f", relevance={self.relevance}, weights={self.weights}" if self.relevance != "hap" else ""
+        return f"{super().extra_repr()}, alpha={self.alpha}{extra}"
 
     def _metric(self, scores, level, list_mask, num_levels):
-        rel = happier_relevance(level, num_levels, self.alpha, list_mask)
+        if self.relevance == "sigma_w":
+            rel = sigma_w_relevance(level, num_levels, self.weights, list_mask)
+        else:
+            rel = happier_relevance(level, num_levels, self.alpha, list_mask)
         r = self._ranks(scores, level, rel=rel, list_mask=list_mask)
         return ap_head(r, rel.sum(1))
 

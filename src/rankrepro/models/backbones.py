@@ -1,8 +1,19 @@
-"""Convolutional backbones that return a [B, C, H, W] feature map.
+"""Backbones: convolutional ones return a [B, C, H, W] feature map, vision transformers their tokens.
 
-``pretrained`` is ``imagenet`` (torchvision's IMAGENET1K_V1 weights, through
-torchvision's own download path and cache), ``none`` (random initialisation) or a
-path to a state dict saved from the same torchvision architecture.
+``pretrained`` is ``imagenet`` (the weights the official code uses, through torchvision's or
+timm's own download path and cache), ``none`` (random initialisation) or a path to a state
+dict (``.pt``/``.pth``, or ``.safetensors``) saved from the same architecture.
+
+A builder of :data:`BACKBONES` returns either a torchvision ResNet (``fc`` still attached;
+:func:`build_backbone` keeps its convolutional trunk, output ``"map"``) or a :class:`TimmViT`
+(output ``"tokens"``: [B, 1 + N, D], the CLS token first, after the final LayerNorm).
+A pooling declares the input it takes (``input = "map"`` or ``"tokens"``) and
+:class:`~rankrepro.models.heads.RetrievalNet` refuses a pooling that does not suit its backbone.
+
+Input normalisation: :mod:`rankrepro.data.transforms` normalises every image with the
+ImageNet mean/std, as the official SupRank code does for every backbone (its dataset
+configs, ViTs included). timm's own data config agrees for DeiT-S but not for ViT-B/16
+``augreg_in21k`` (mean = std = 0.5); :data:`TIMM_BACKBONES` records both.
 """
 
 from __future__ import annotations
@@ -10,13 +21,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from torch import nn
 import torchvision
+from torch import nn
 from torchvision.models.resnet import BasicBlock, ResNet
 
 from rankrepro.registry import Registry
 
-#: name -> builder(pretrained) returning a torchvision ResNet (``fc`` still attached)
+#: name -> builder(pretrained) returning a torchvision ResNet (``fc`` still attached) or a :class:`TimmViT`
 BACKBONES = Registry("backbone", context=("pretrained",))
 
 
@@ -42,17 +53,113 @@ def resnet_tiny(pretrained: str) -> ResNet:
     return ResNet(BasicBlock, [1, 1, 1, 1])
 
 
+#: backbone name -> the timm architecture built, the timm model (``arch.tag``) whose ImageNet weights
+#: ``pretrained: imagenet`` loads, and timm's data config of those weights (not used by the transforms:
+#: see the module docstring)
+TIMM_BACKBONES = {
+    # SupRank get_backbone.py `vit_small`: deit_small_patch16_224 created without weights, loaded with the
+    # *distilled* DeiT-S weights minus the distillation token (ImageNet-1k); 384-d
+    "deit_small": {"arch": "deit_small_patch16_224", "weights": "deit_small_distilled_patch16_224.fb_in1k",
+                   "input_size": 224, "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)},
+    # SupRank `vit_base_in21k`: timm vit_base_patch16_224_in21k, in timm >= 0.9 vit_base_patch16_224.augreg_in21k
+    # (ImageNet-21k, no representation layer); 768-d
+    "vit_base": {"arch": "vit_base_patch16_224", "weights": "vit_base_patch16_224.augreg_in21k",
+                 "input_size": 224, "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)},
+}
+
+
+class TimmViT(nn.Module):
+    """A timm vision transformer without its classifier; ``forward`` returns its tokens [B, 1 + N, D]
+    (``forward_features``: CLS token first, after the final LayerNorm). Pooling ``cls`` then gives what
+    timm's own ``global_pool="token"`` head gives, i.e. the official code's embedding."""
+
+    output = "tokens"
+
+    def __init__(self, arch: str):
+        super().__init__()
+        import timm
+
+        self.model = timm.create_model(arch, pretrained=False, num_classes=0)
+        self.num_features = self.model.num_features
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.model.forward_features(images)
+
+    def load_weights(self, state: dict) -> None:
+        """Load a state dict of the same timm architecture (strictly, classifier heads dropped).
+
+        A *distilled* DeiT state dict (``dist_token``, ``head_dist``, one more position) is
+        converted as the official code does: the distillation token and its position
+        embedding are dropped."""
+        state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
+        state = {k.removeprefix("model."): v for k, v in state.items()}
+        if "dist_token" in state:
+            state.pop("dist_token")
+            pos = state["pos_embed"]
+            state["pos_embed"] = torch.cat((pos[:, :1], pos[:, 2:]), dim=1)
+        self.model.load_state_dict(state, strict=True)
+
+
+def _timm_vit(name: str):
+    spec = TIMM_BACKBONES[name]
+
+    def build(pretrained: str) -> TimmViT:
+        net = TimmViT(spec["arch"])
+        if pretrained == "imagenet":
+            import timm
+
+            try:
+                source = timm.create_model(spec["weights"], pretrained=True, num_classes=0)
+            except Exception as err:  # timm/huggingface_hub raise many kinds when offline
+                raise RuntimeError(
+                    f"backbone {name}: could not get timm's ImageNet weights {spec['weights']!r} "
+                    f"(hub id timm/{spec['weights']}): {type(err).__name__}: {err}. Without network, put them in the "
+                    "Hugging Face cache (HF_HOME) beforehand, or pass pretrained: <path to a state dict>") from err
+            net.load_weights(source.state_dict())
+        return net
+
+    build.__name__ = build.__qualname__ = name
+    build.__doc__ = f"timm {spec['arch']} ({spec['weights']} weights with pretrained: imagenet)."
+    return build
+
+
+for _name in TIMM_BACKBONES:
+    BACKBONES.register(_name, _timm_vit(_name))
+
+
+def read_state_dict(path: str | Path) -> dict:
+    """A state dict from ``path`` (torch file, optionally under ``state_dict`` or ``model``; or safetensors)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"pretrained weights file {path} does not exist")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict):
+        for key in ("state_dict", "model"):
+            if isinstance(state.get(key), dict):
+                return state[key]
+    return state
+
+
 def build_backbone(name: str, pretrained: str) -> tuple[nn.Module, int]:
-    """Return (feature extractor without its pooling and classifier, output channels)."""
+    """Return (feature extractor without its pooling and classifier, output channels / token width).
+
+    The extractor's ``output`` attribute says what it returns: ``"map"`` ([B, C, H, W]) or
+    ``"tokens"`` ([B, 1 + N, D])."""
     net = BACKBONES.build(name, context={"pretrained": pretrained})
-    if pretrained not in ("imagenet", "none"):
-        path = Path(pretrained)
-        if not path.is_file():
-            raise FileNotFoundError(f"pretrained weights file {path} does not exist")
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        net.load_state_dict(state.get("state_dict", state) if isinstance(state, dict) else state)
+    state = read_state_dict(pretrained) if pretrained not in ("imagenet", "none") else None
+    if isinstance(net, TimmViT):
+        if state is not None:
+            net.load_weights(state)
+        return net, net.num_features
+    if state is not None:
+        net.load_state_dict(state)
     channels = net.fc.in_features
     features = nn.Sequential(*list(net.children())[:-2])
+    features.output = "map"
     return features, channels
 
 
@@ -64,4 +171,4 @@ def freeze_batchnorm(module: nn.Module) -> None:
     for m in module.modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
             m.eval()
-            m.train = lambda mode=True, _m=m: _m  # noqa: E731 - a no-op that keeps eval mode
+            m.train = lambda mode=True, _m=m: _m  # a no-op that keeps eval mode

@@ -1,10 +1,10 @@
-"""The retrieval network: backbone -> pooling -> [LayerNorm, no affine] -> Linear -> L2 norm."""
+"""The retrieval network: backbone -> pooling -> [LayerNorm, no affine | L2] -> [Linear] -> L2 norm."""
 
 from __future__ import annotations
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 from rankrepro.models.backbones import build_backbone, freeze_batchnorm
 from rankrepro.models.pooling import build_pooling
@@ -12,35 +12,94 @@ from rankrepro.registry import Registry
 
 MODELS = Registry("model")
 
+#: values of ``projection_init``
+PROJECTION_INITS = ("random", "pca")
+
+
+class L2Normalize(nn.Module):
+    """x / ||x||_2 over the last dimension."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(x, dim=-1)
+
 
 @MODELS.register("retrieval_net")
-
 class RetrievalNet(nn.Module):
     """Embeds images into L2-normalised vectors.
 
     ``backbone``: a name of :data:`rankrepro.models.backbones.BACKBONES`; ``pretrained``:
     ``imagenet``, ``none`` or a state-dict file; ``pooling``: a block of
     :data:`rankrepro.models.pooling.POOLINGS` (``{"name": "gem", "p": 3.0}``; a bare name
-    takes its defaults); ``layernorm``: LayerNorm without affine parameters before the
-    projection (SupRank); ``embed_dim``: output size; ``freeze_bn``: BatchNorm statistics frozen.
+    takes its defaults) that suits the backbone's output (``cls`` for the vision transformers
+    ``deit_small`` and ``vit_base``, a spatial pooling for the ResNets); ``layernorm``: LayerNorm
+    without affine parameters before the projection (SupRank); ``l2_features``: L2 normalisation
+    before the projection instead (SupRank's H-GLDv2 ResNet-101, whose projection is a PCA
+    whitening of L2-normalised GeM features); ``embed_dim``: output size; ``freeze_bn``:
+    BatchNorm statistics frozen.
+
+    ``projection``: a Linear layer to ``embed_dim`` (false: none, the official DeiT-S / ViT-B
+    ``without_fc`` models, where ``embed_dim`` must equal the backbone's width);
+    ``projection_init``: ``random`` (PyTorch's default) or ``pca``: the trainer sets the
+    projection to the PCA of the training images' features before a fresh run
+    (:func:`rankrepro.models.pca.init_projection_pca`), with whitening when ``pca_whiten``
+    (the official code's default), from ``pca_images`` training images drawn with the run's
+    seed (null: all of them).
 
     ``backbone`` holds the pretrained feature extractor; ``head`` holds everything
-    after it (pooling parameters, LayerNorm, projection) so the trainer can give the
+    after it (pooling parameters, normalisation, projection) so the trainer can give the
     two groups their own learning rates.
     """
 
     def __init__(self, backbone: str = "resnet50", pretrained: str = "imagenet", pooling: str | dict = "avg",
-                 layernorm: bool = True, embed_dim: int = 512, freeze_bn: bool = True):
+                 layernorm: bool = True, embed_dim: int = 512, freeze_bn: bool = True, projection: bool = True,
+                 l2_features: bool = False, projection_init: str = "random", pca_whiten: bool = True,
+                 pca_images: int | None = None):
         super().__init__()
+        if projection_init not in PROJECTION_INITS:
+            raise ValueError(f"projection_init must be one of {', '.join(PROJECTION_INITS)}, got {projection_init!r}")
+        if projection_init == "pca" and not projection:
+            raise ValueError("projection_init: pca needs a projection (projection: true)")
+        if pca_images is not None and pca_images < 2:
+            raise ValueError(f"pca_images must be null (all) or at least 2, got {pca_images}")
+        if layernorm and l2_features:
+            raise ValueError("layernorm and l2_features are exclusive: choose one normalisation before the projection")
         self.backbone, channels = build_backbone(backbone, pretrained)
+        pool = build_pooling(pooling)
+        produced, expected = getattr(self.backbone, "output", "map"), getattr(pool, "input", "map")
+        if produced != expected:
+            name = pooling if isinstance(pooling, str) else pooling.get("name")
+            hint = "pooling: cls" if produced == "tokens" else "a spatial pooling (avg, gem, max)"
+            what = {"map": "a [B, C, H, W] feature map", "tokens": "transformer tokens [B, 1 + N, D]"}
+            raise ValueError(f"pooling {name!r} takes {what[expected]} but backbone {backbone!r} outputs "
+                             f"{what[produced]}: use {hint}")
+        if not projection and embed_dim != channels:
+            raise ValueError(f"without a projection the embedding is the backbone's output: embed_dim must be "
+                             f"{channels} for {backbone!r}, got {embed_dim}")
+        if layernorm:
+            norm = nn.LayerNorm(channels, elementwise_affine=False)
+        else:
+            norm = L2Normalize() if l2_features else nn.Identity()
         self.head = nn.Sequential(
-            build_pooling(pooling),
-            nn.LayerNorm(channels, elementwise_affine=False) if layernorm else nn.Identity(),
-            nn.Linear(channels, embed_dim),
+            pool,
+            norm,
+            nn.Linear(channels, embed_dim) if projection else nn.Identity(),
         )
+        self.embed_dim = embed_dim
+        self.projection_init = projection_init
+        self.pca_whiten = pca_whiten
+        self.pca_images = pca_images
         self.freeze_bn = freeze_bn
         if freeze_bn:
             freeze_batchnorm(self.backbone)
+
+    @property
+    def projection_layer(self) -> nn.Module:
+        """The last layer of the head: the ``nn.Linear`` projection (``nn.Identity`` without one)."""
+        return self.head[-1]
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        """What the projection sees: backbone -> pooling -> normalisation ([B, channels])."""
+        return self.head[:-1](self.backbone(images))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         features = self.head(self.backbone(images))

@@ -1,10 +1,14 @@
-"""Global pooling of a [B, C, H, W] feature map into [B, C]."""
+"""Global pooling of a backbone's output into [B, C].
+
+Each pooling says what it takes in ``input``: ``"map"`` (a convolutional [B, C, H, W] feature map)
+or ``"tokens"`` (a vision transformer's [B, 1 + N, D] tokens, CLS first); see
+:func:`rankrepro.models.backbones.build_backbone`."""
 
 from __future__ import annotations
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 from rankrepro.registry import Registry
 
@@ -14,6 +18,8 @@ POOLINGS = Registry("pooling")
 @POOLINGS.register("gem")
 class GeM(nn.Module):
     """Generalised mean pooling: (mean_hw x^p)^(1/p), with a learnable p (Radenović et al.)."""
+
+    input = "map"
 
     def __init__(self, p: float = 3.0, eps: float = 1e-6, learnable: bool = True):
         super().__init__()
@@ -30,6 +36,8 @@ class GeM(nn.Module):
 class AvgPool(nn.Module):
     """Average over the spatial positions."""
 
+    input = "map"
+
     def __init__(self):
         super().__init__()
 
@@ -41,11 +49,27 @@ class AvgPool(nn.Module):
 class MaxPool(nn.Module):
     """Maximum over the spatial positions."""
 
+    input = "map"
+
     def __init__(self):
         super().__init__()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.adaptive_max_pool2d(x, 1).flatten(1)
+
+
+@POOLINGS.register("cls")
+class ClsToken(nn.Module):
+    """The CLS token of a vision transformer's tokens (``x[:, 0]``): timm's ``global_pool="token"``, what the
+    official SupRank code embeds with DeiT-S and ViT-B (``pooling: default`` there)."""
+
+    input = "tokens"
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, 0]
 
 
 def build_pooling(block: dict | str) -> nn.Module:

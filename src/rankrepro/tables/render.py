@@ -1,7 +1,10 @@
 """Render a table spec with the paper's numbers beside ours, to Markdown, CSV and LaTeX.
 
 Run tables: ours is the mean over the cell's runs (seeds) of the metric in percent, with
-``± std`` when there are several; the difference is ours − paper.
+``± std`` when there are several; the difference is ours − paper. A spec's ``best`` block
+marks, per column and per set of compared rows, the best value in bold and the second best
+underlined, separately for the paper's numbers and for ours (:func:`best_marks`; the rules:
+``workflow/schemas/table.schema.yaml``).
 
 Dataset statistics tables (``kind: dataset_statistics``): ours is counted from the
 dataset's manifest (``<manifests_dir>/<dataset>/meta.json``, whose ``counts`` hold the
@@ -56,8 +59,78 @@ def _fmt(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
 
+#: a value's mark: the best of its column (bold) or the second best (underlined)
+BEST, SECOND = "best", "second"
+
+
+def mark_groups(spec: dict) -> list[list[int]]:
+    """The sets of rows (indexes) whose values the spec's ``best`` block compares; [] without one.
+
+    ``best.groups`` names rows by method (which must name exactly one row) or by index."""
+    best = spec.get("best")
+    if best is None:
+        return []
+    rows = spec["rows"]
+    if "groups" not in best:
+        return [list(range(len(rows)))]
+    where = f"{spec['paper']}/{spec['table']}: best.groups"
+    by_method: dict[str, list[int]] = {}
+    for r, row in enumerate(rows):
+        by_method.setdefault(row.get("method"), []).append(r)
+    groups = []
+    for g, group in enumerate(best["groups"]):
+        members = []
+        for ref in group:
+            if isinstance(ref, int) and not isinstance(ref, bool):
+                if not 0 <= ref < len(rows):
+                    raise TableError(f"{where}[{g}]: row index {ref} out of range (0..{len(rows) - 1})")
+                members.append(ref)
+            else:
+                hits = by_method.get(ref, [])
+                if len(hits) != 1:
+                    raise TableError(f"{where}[{g}]: {ref!r} names {len(hits)} rows (a method naming exactly "
+                                     "one row, or a row index)")
+                members.append(hits[0])
+        groups.append(members)
+    return groups
+
+
+def rank_marks(values: dict, better: str = "higher") -> dict:
+    """``{key: BEST | SECOND}`` of ``values`` ({key: number or None}): the best value(s) and the
+    next distinct one(s); None is skipped; nothing is marked unless two values differ."""
+    if better not in ("higher", "lower"):
+        raise ValueError(f"better must be 'higher' or 'lower', got {better!r}")
+    present = {k: v for k, v in values.items() if v is not None}
+    ranked = sorted(set(present.values()), reverse=better == "higher")
+    if len(ranked) < 2:
+        return {}
+    return {k: BEST if v == ranked[0] else SECOND for k, v in present.items() if v in ranked[:2]}
+
+
+def best_marks(spec: dict, paper: dict, ours: dict) -> tuple[dict, dict]:
+    """The marks ``{(row, column): BEST | SECOND}`` of the paper's numbers and of ours, from
+    ``paper`` / ``ours`` = {(row, column): value or None}. Ours are compared as printed (one
+    decimal); ``best.paper`` / ``best.ours`` (default true) switch either off."""
+    best = spec.get("best")
+    paper_marks: dict = {}
+    ours_marks: dict = {}
+    if best is None:
+        return paper_marks, ours_marks
+    printed = {k: None if v is None else round(v, 1) for k, v in ours.items()}
+    for group in mark_groups(spec):
+        for c, column in enumerate(spec["columns"]):
+            better = column.get("better", "higher")
+            if best.get("paper", True):
+                paper_marks.update(rank_marks({(r, c): paper.get((r, c)) for r in group}, better))
+            if best.get("ours", True):
+                ours_marks.update(rank_marks({(r, c): printed.get((r, c)) for r in group}, better))
+    return paper_marks, ours_marks
+
+
 def table_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
-    """One dict per (row, column): method, column, paper, ours, std, diff, status."""
+    """One dict per (row, column): method, column, paper, ours, std, diff, status, and the
+    best / second best marks of the paper's number and of ours (``paper_mark``, ``ours_mark``:
+    "best", "second" or "")."""
     out = []
     by_pos = {(c["row"], c["column"]): c for c in cells}
     for r, row in enumerate(spec["rows"]):
@@ -72,7 +145,21 @@ def table_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
                 "std": None if std is None else round(std, 2), "seeds": n,
                 "diff": None if mean is None or paper is None else round(mean - paper, 2), "status": status,
             })
+    ncol = len(spec["columns"])
+    paper_marks, ours_marks = best_marks(spec, {(i // ncol, i % ncol): e["paper"] for i, e in enumerate(out)},
+                                         {(i // ncol, i % ncol): e["ours"] for i, e in enumerate(out)})
+    for i, entry in enumerate(out):
+        entry["paper_mark"] = paper_marks.get((i // ncol, i % ncol), "")
+        entry["ours_mark"] = ours_marks.get((i // ncol, i % ncol), "")
     return out
+
+
+def _md_mark(text: str, mark: str) -> str:
+    return f"**{text}**" if mark == BEST else f"<u>{text}</u>" if mark == SECOND else text
+
+
+def _tex_mark(text: str, mark: str) -> str:
+    return rf"\textbf{{{text}}}" if mark == BEST else rf"\underline{{{text}}}" if mark == SECOND else text
 
 
 def _ours(entry: dict) -> str:
@@ -99,7 +186,8 @@ def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
     for r, row in enumerate(spec["rows"]):
         entries = rows[r * ncol:(r + 1) * ncol]
         method = row["method"] + (" (cited)" if row.get("cited") else "")
-        cells = [method] + [part for e in entries for part in (_fmt(e["paper"]), _ours(e), _diff(e))]
+        cells = [method] + [part for e in entries for part in (_md_mark(_fmt(e["paper"]), e["paper_mark"]),
+                                                                 _md_mark(_ours(e), e["ours_mark"]), _diff(e))]
         lines.append("| " + " | ".join(cells) + " |")
         notes += sorted({e["status"] for e in entries if e["status"] not in ("ours", "cited")})
     if notes:
@@ -141,7 +229,7 @@ def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
         for e in entries:
             ours = "--" if e["ours"] is None else f"{e['ours']:.1f}" + (
                 f" $\\pm$ {e['std']:.1f}" if e["std"] is not None else "")
-            parts += [_fmt(e["paper"]), ours, _diff(e)]
+            parts += [_tex_mark(_fmt(e["paper"]), e["paper_mark"]), _tex_mark(ours, e["ours_mark"]), _diff(e)]
         lines.append(" & ".join(parts) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines) + "\n"
@@ -319,6 +407,10 @@ def render(table_plan: dict, runs_dir: str | Path, out_prefix: str | Path,
 
     A dataset statistics table reads ``<manifests_dir>/<dataset>/meta.json`` (default: ``manifests``
     beside ``runs_dir``, i.e. ``results/manifests`` for ``results/runs``)."""
+    if table_plan["spec"].get("kind", "runs") == "sweep":  # a figure's points: rankrepro.tables.sweep
+        from rankrepro.tables.sweep import render_sweep
+
+        return render_sweep(table_plan, runs_dir, out_prefix)
     if table_plan["spec"].get("kind", "runs") == STATISTICS:
         manifests_dir = Path(runs_dir).parent / "manifests" if manifests_dir is None else manifests_dir
         return render_statistics(table_plan, manifests_dir, out_prefix)

@@ -1,0 +1,85 @@
+"""Demo benchmark: the wall time of the whole demo DAG, from nothing, on this machine.
+
+``python -m rankrepro bench demo`` copies this checkout's workflow into a fresh folder, runs
+``snakemake --cores <cores> --profile profiles/demo`` there (replicas generated, prepared, every run
+of every table trained and evaluated, every table, sweep plot, synthetic result, the H-GLDv2 chain,
+the MLflow import and the results index) and writes ``<out>/demo.{md,json}``: the wall time, the
+jobs per rule (from the dry run of the same folder), the runs, the tables rendered, and the
+machine's cores. Goal (issue: every SupRank table in the demo): under 15 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rankrepro.bench.plan import workflow_copy
+from rankrepro.io import atomic_write_json, atomic_write_text
+
+GOAL_S = 15 * 60
+
+
+def job_counts(stdout: str) -> dict[str, int]:
+    """The "Job stats" block of a Snakemake dry run as {rule: count} (``total`` included)."""
+    jobs, inside = {}, False
+    for line in stdout.splitlines():
+        parts = line.split()
+        if line.startswith("job ") and "count" in line:
+            inside = True
+        elif inside and len(parts) == 2 and parts[1].isdigit():
+            jobs[parts[0]] = int(parts[1])
+            if parts[0] == "total":
+                break
+    return jobs
+
+
+def _snakemake(wf: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], check=False, cwd=wf,
+                          capture_output=True, text=True, env=env)
+
+
+def run(out_dir="results/bench", cores: int = 2) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        wf = workflow_copy(Path(tmp))
+        profile = ["--cores", str(cores), "--profile", "profiles/demo"]
+        dry = _snakemake(wf, "-n", *profile)
+        if dry.returncode != 0:
+            raise RuntimeError(f"snakemake -n --profile profiles/demo failed in {wf}:\n{dry.stderr[-3000:]}")
+        t0 = time.perf_counter()
+        result = _snakemake(wf, *profile)
+        seconds = time.perf_counter() - t0
+        if result.returncode != 0:
+            raise RuntimeError(f"the demo failed after {seconds:.0f} s in {wf}:\n"
+                               f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
+        plan = json.loads((wf / "results" / "plan" / "plan.json").read_text())
+        tables = sorted(str(p.relative_to(wf / "results" / "tables").with_suffix(""))
+                        for p in (wf / "results" / "tables").rglob("*.md"))
+    record = {"seconds": round(seconds, 1), "goal_s": GOAL_S, "cores": cores, "cpu_count": os.cpu_count(),
+              "machine": platform.platform(), "jobs": job_counts(dry.stdout), "runs": len(plan["runs"]),
+              "tables": tables}
+    atomic_write_json(Path(out_dir) / "demo.json", record)
+    jobs = record["jobs"]
+    lines = [f"# The whole demo (`snakemake --cores {cores} --profile profiles/demo`)", "",
+             ("`python -m rankrepro bench demo`: a fresh copy of the workflow, from nothing (replicas generated) "
+              "to the results index. Goal: under 15 minutes on 2 cores."), "",
+             "| wall time | goal | jobs | runs | tables rendered | cores (machine) |", "|---:|---:|---:|---:|---:|---:|",
+             (f"| {seconds / 60:.1f} min ({seconds:.0f} s) | {GOAL_S // 60} min | {jobs.get('total', 0)} | "
+              f"{record['runs']} | {len(tables)} | {cores} ({os.cpu_count()}) |"), "",
+             "| rule | jobs |", "|---|---:|"]
+    lines += [f"| {rule} | {n} |" for rule, n in jobs.items() if rule != "total"]
+    lines += ["", "Tables: " + ", ".join(f"`{t}`" for t in tables)]
+    atomic_write_text(Path(out_dir) / "demo.md", "\n".join(lines) + "\n")
+    return record
+
+
+def main(out_dir="results/bench", device: str | None = None) -> None:
+    record = run(out_dir)
+    print(f"demo: {record['seconds']:.0f} s, {record['jobs'].get('total', 0)} jobs, {record['runs']} runs, "
+          f"{len(record['tables'])} tables")

@@ -1,0 +1,197 @@
+"""Figures for the results and the Snakemake report (matplotlib, Agg backend, PNG).
+
+- :func:`training_curve`: one run's ``history.csv`` — the loss per epoch, the learning rates, and any
+  other numeric column a training records (seconds, images/s and the device are not plotted) —
+  with the run's final metrics (``metrics.json``) in the title: ``results/runs/<id>/curve.png``.
+- :func:`paper_scatter`: a paper's tables (their CSVs, :mod:`rankrepro.tables.render`), one point
+  per reproduced cell, x = the paper's number, y = ours, one marker per table, the line y = x and
+  the ±1 point band: ``results/tables/<paper>/scatter.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+from rankrepro.io import atomic_path
+
+#: history.csv columns that are not curves (bookkeeping) or get their own panel
+NOT_PLOTTED = {"epoch", "seconds", "batches", "images_per_s", "device", "backbone_frozen", "loss", "lr_backbone", "lr_head"}
+MARKERS = "osD^v<>pPX*h"
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _number(text) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def read_history(path: str | Path) -> dict[str, list]:
+    """``{column: [value per row]}`` of a history.csv, numbers as floats (None where not a number)."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    columns = list(rows[0]) if rows else []
+    return {c: [_number(r[c]) if c not in ("device", "backbone_frozen") else r[c] for r in rows] for c in columns}
+
+
+def _save(fig, out: str | Path) -> Path:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
+    return out
+
+
+def training_curve(history_csv: str | Path, out: str | Path, metrics_json: str | Path | None = None,
+                   title: str | None = None) -> Path:
+    """Plot one run's history (see the module docstring) to ``out`` (PNG)."""
+    plt = _pyplot()
+    history = read_history(history_csv)
+    epochs = history.get("epoch") or []
+    x = [e if e is not None else i + 1 for i, e in enumerate(epochs)]
+    others = [c for c in history if c not in NOT_PLOTTED and any(v is not None for v in history[c])]
+    panels = 2 + bool(others)
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.4), squeeze=False)
+    axes = axes[0]
+    style = {"marker": "o", "markersize": 4}
+
+    ax = axes[0]
+    if "loss" in history:
+        ax.plot(x, history["loss"], **style, label="loss")
+    frozen = [xi for xi, f in zip(x, history.get("backbone_frozen") or []) if f == "True"]
+    if frozen:
+        ax.axvspan(min(frozen) - 0.5, max(frozen) + 0.5, color="0.9", label="backbone frozen (warm-up)")
+    ax.set(xlabel="epoch", ylabel="training loss (mean over the epoch)", title="loss")
+    ax.legend(fontsize=8)
+
+    ax = axes[1]
+    for name in ("lr_backbone", "lr_head"):
+        if name in history:
+            ax.plot(x, history[name], **style, label=name.replace("lr_", "lr "))
+    ax.set(xlabel="epoch", ylabel="learning rate", title="learning rates")
+    if any(v for name in ("lr_backbone", "lr_head") for v in history.get(name, []) if v):
+        ax.set_yscale("log")
+    ax.legend(fontsize=8)
+
+    if others:
+        ax = axes[2]
+        for name in others:
+            ax.plot(x, history[name], **style, label=name)
+        ax.set(xlabel="epoch", title="recorded metrics")
+        ax.legend(fontsize=8)
+
+    if not epochs:
+        for ax in axes:
+            ax.text(0.5, 0.5, "no epoch recorded", ha="center", va="center", transform=ax.transAxes)
+    for ax in axes:
+        if len(x) <= 10 and x:
+            ax.set_xticks(x)
+    heading = title or Path(history_csv).parent.name
+    devices = sorted({d for d in history.get("device") or [] if d})
+    seconds = sum(v for v in history.get("seconds") or [] if v)
+    detail = f"{len(x)} epoch(s), {seconds / 60:.1f} min" + (f" on {', '.join(devices)}" if devices else "")
+    if metrics_json and Path(metrics_json).is_file():
+        record = json.loads(Path(metrics_json).read_text())
+        shown = [(k, v) for k, v in (record.get("metrics") or {}).items()
+                 if isinstance(v, (int, float)) and not k.endswith("n_queries") and not k.startswith("n_")][:6]
+        if shown:
+            detail += "; final: " + ", ".join(f"{k} {100 * v:.1f}" for k, v in shown)
+        if record.get("replica"):
+            detail += " (replica data)"
+    fig.suptitle(f"{heading}\n{detail}", fontsize=9)
+    fig.tight_layout()
+    try:
+        return _save(fig, out)
+    finally:
+        plt.close(fig)
+
+
+def _csv_rows(path: str | Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def scatter_points(table_csv: str | Path) -> list[tuple[float, float, str]]:
+    """``(paper, ours, label)`` for every cell of a rendered table with both numbers."""
+    points = []
+    for row in _csv_rows(table_csv):
+        paper, ours = _number(row.get("paper")), _number(row.get("ours"))
+        if paper is not None and ours is not None and row.get("status") != "cited":
+            points.append((paper, ours, f"{row.get('method') or row.get('name', '')} {row.get('column', '')}".strip()))
+    return points
+
+
+def _scatter_panel(ax, groups: list[tuple[str, list]], counts: bool) -> int:
+    """One panel: the points of each table (a marker each), y = x, and the ±1 point band (percent)
+    or log-log axes (dataset statistics: counts)."""
+    allv, n = [], 0
+    for i, (name, points) in enumerate(groups):
+        if not points:
+            continue
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        allv += xs + ys
+        n += len(points)
+        ax.scatter(xs, ys, marker=MARKERS[i % len(MARKERS)], s=36, alpha=0.8, label=f"{name} ({len(points)} cells)")
+    if counts:
+        allv = [v for v in allv if v > 0]
+    if not allv:
+        ax.text(0.5, 0.5, "no reproduced cell yet", ha="center", va="center", transform=ax.transAxes)
+        return 0
+    lo, hi = min(allv), max(allv)
+    if counts:
+        lo, hi = lo / 2, hi * 2
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.plot([lo, hi], [lo, hi], color="0.3", lw=1, label="y = x")
+    else:
+        pad = max(1.0, 0.05 * (hi - lo))
+        lo, hi = lo - pad, hi + pad
+        ax.plot([lo, hi], [lo, hi], color="0.3", lw=1, label="y = x")
+        ax.fill_between([lo, hi], [lo - 1, hi - 1], [lo + 1, hi + 1], color="tab:green", alpha=0.12,
+                        label="within 1 point")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_aspect("equal")
+    ax.legend(fontsize=8, loc="upper left")
+    return n
+
+
+def paper_scatter(paper: str, table_csvs: list[str | Path], out: str | Path) -> Path:
+    """Plot the paper-vs-ours scatter of one paper's tables (see the module docstring) to ``out``:
+    metric tables (percent) in one panel, dataset statistics tables (counts, log-log) in another
+    when the paper has both."""
+    plt = _pyplot()
+    percent, counts, replica = [], [], False
+    for path in table_csvs:
+        rows = _csv_rows(path)
+        replica |= any(r.get("replica") == "True" for r in rows)
+        (counts if rows and "statistic" in rows[0] else percent).append((Path(path).stem, scatter_points(path)))
+    panels = [(groups, kind == "counts") for kind, groups in (("percent", percent), ("counts", counts)) if groups]
+    panels = panels or [([], False)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 5.0), squeeze=False)
+    n = 0
+    for ax, (groups, is_counts) in zip(axes[0], panels):
+        n += _scatter_panel(ax, groups, is_counts)
+        ax.set(xlabel="paper", ylabel="ours")
+        if len(panels) > 1 or is_counts:
+            ax.set_title("dataset statistics (counts)" if is_counts else "metrics (percent)", fontsize=9)
+    fig.suptitle(f"{paper}: paper vs ours, {n} reproduced cells" + ("\n(replica data: meaningless)" if replica else ""),
+                 fontsize=10)
+    fig.tight_layout()
+    try:
+        return _save(fig, out)
+    finally:
+        plt.close(fig)

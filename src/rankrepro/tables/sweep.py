@@ -1,0 +1,309 @@
+"""Render a ``kind: sweep`` spec (a paper figure sweeping one run setting, e.g. SupRank's Figs. 6-8).
+
+The planner (:meth:`rankrepro.experiments.plan.Planner.plan_sweep`) expands each panel of the
+spec into one point per swept value, each with its runs (one per seed) and, when the panel has
+a ``reference``, the reference loss's runs at the same value. A point's value is, in percent:
+
+- without a reference, the mean over seeds of the panel's metric (``100 * metrics[metric]``),
+  with ``± std`` when there are several seeds;
+- with a reference, the relative gain ``100 * (ours - ref) / ref`` of the metric over the
+  reference run (SupRank Fig. 6: adding L_DG* to Sup-AP, per batch size), per seed when both
+  sides have the same seeds (mean ± std of the per-seed gains), else of the means.
+
+:func:`render_sweep` writes the table of points (``<prefix>.md``, ``.csv``, ``.tex``: one row
+per point, the paper's point beside ours, with the CSV columns of a runs table so the results
+index, the HTML page and the paper scatter read it as any table); :func:`sweep_plot` draws the
+figure (``<prefix>.png``: one panel per spec panel, ours as a line with error bars, the
+paper's points where the text gives them; a point with no run yet, or not finished, is left
+out and named under the plot).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from rankrepro.io import atomic_path
+from rankrepro.tables.render import REPLICA_NOTE, _tex_escape, to_csv, write_outputs
+
+__all__ = ["DPI", "PANEL_SIZE", "relative_gain", "render_sweep", "sweep_entries", "sweep_plot"]
+
+#: one panel of the plot, inches (width, height), and the resolution: a figure of n panels is
+#: (n * 480) x 420 pixels
+PANEL_SIZE = (4.8, 4.2)
+DPI = 100
+
+
+def _value_text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _metric_values(run_ids: list[str], metric: str, runs_dir: Path) -> tuple[list[float] | None, bool]:
+    """The metric of each run in percent (None when a run has no metrics.json yet) and whether
+    any is a replica run."""
+    values, replica = [], False
+    for rid in run_ids:
+        path = runs_dir / rid / "metrics.json"
+        if not path.is_file():
+            return None, replica
+        result = json.loads(path.read_text())
+        replica |= bool(result.get("replica"))
+        if metric not in result["metrics"]:
+            raise KeyError(f"{path} has no metric {metric!r} (it has {sorted(result['metrics'])}); "
+                           "add it to the setup's eval.metrics")
+        values.append(100.0 * result["metrics"][metric])
+    return values, replica
+
+
+def relative_gain(ours: list[float], reference: list[float]) -> tuple[float, float | None]:
+    """``100 (ours - ref) / ref`` (percent of the reference) and its std: per pair when both lists
+    have the same length (seeds), else of the means (std None)."""
+    if len(ours) == len(reference):
+        gains = [100.0 * (a - r) / r for a, r in zip(ours, reference)]
+    else:
+        mean_ref = statistics.fmean(reference)
+        gains = [100.0 * (statistics.fmean(ours) - mean_ref) / mean_ref]
+    return statistics.fmean(gains), (statistics.stdev(gains) if len(gains) > 1 else None)
+
+
+def _mean_std(values: list[float]) -> tuple[float, float | None]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def sweep_entries(table_plan: dict, runs_dir: str | Path) -> tuple[list[dict], bool]:
+    """One dict per point (the CSV's rows: a runs table's columns, then the sweep's), and whether
+    any run used replica data."""
+    spec, runs_dir = table_plan["spec"], Path(runs_dir)
+    panels = {panel["key"]: panel for panel in spec["panels"]}
+    out, replica = [], False
+    for cell, row in zip(table_plan["cells"], spec["rows"]):
+        panel = panels[cell["panel"]]
+        reference = panel.get("reference")
+        ours = std = absolute = ref_value = None
+        n = 0
+        status = cell["pending"] or "missing"
+        if not cell["pending"]:
+            values, rep = _metric_values(cell["run_ids"], cell["metric"], runs_dir)
+            replica |= rep
+            ref_values = None
+            if reference is not None and values is not None:
+                ref_values, rep = _metric_values(cell["reference_run_ids"], cell["metric"], runs_dir)
+                replica |= rep
+            if values is not None and (reference is None or ref_values is not None):
+                absolute = statistics.fmean(values)
+                if reference is None:
+                    ours, std = _mean_std(values)
+                else:
+                    ref_value = statistics.fmean(ref_values)
+                    ours, std = relative_gain(values, ref_values) if ref_value else (None, None)
+                n = len(values)
+                status = "ours" if ours is not None else "reference metric is 0: no relative gain"
+        paper = row["paper"][0]
+        out.append({
+            "method": row["method"], "column": panel.get("header", panel["metric"]), "metric": cell["metric"],
+            "paper": paper, "ours": None if ours is None else round(ours, 2),
+            "std": None if std is None else round(std, 2), "seeds": n,
+            "diff": None if ours is None or paper is None else round(ours - paper, 2), "status": status,
+            "paper_mark": "", "ours_mark": "",
+            "panel": panel["key"], "param": cell["param"], "value": cell["value"], "resolved": cell["resolved"],
+            "ours_metric": None if absolute is None else round(absolute, 2),
+            "reference_metric": None if ref_value is None else round(ref_value, 2),
+            "run_ids": " ".join(cell["run_ids"]), "reference_run_ids": " ".join(cell["reference_run_ids"]),
+        })
+    return out, replica
+
+
+#: Greek letters of axis labels, as LaTeX math (pdflatex has no Unicode Greek in text mode)
+_TEX_GREEK = {"α": r"$\alpha$", "β": r"$\beta$", "λ": r"$\lambda$", "ρ": r"$\rho$", "τ": r"$\tau$", "δ": r"$\delta$"}
+
+
+def _tex(text: str) -> str:
+    text = _tex_escape(text)
+    for letter, math in _TEX_GREEK.items():
+        text = text.replace(letter, math)
+    return text
+
+
+def _point(e: dict, panel: dict) -> str:
+    """A point as notes name it: ``<panel key>: <label> = <value>``."""
+    return f"{panel['key']}: {panel.get('label', panel['param'])} = {_value_text(e['value'])}"
+
+
+def _missing_notes(spec: dict, entries: list[dict]) -> list[str]:
+    """``<why>: <points>`` for the points with no value, by reason (``missing``: no metrics.json yet)."""
+    by_reason: dict[str, list[str]] = {}
+    for panel, rows in _panel_entries(spec, entries):
+        for e in rows:
+            if e["ours"] is None:
+                by_reason.setdefault(e["status"], []).append(_point(e, panel))
+    return [f"{'missing (run not finished: no metrics.json yet)' if why == 'missing' else why}: {', '.join(points)}"
+            for why, points in by_reason.items()]
+
+
+def _fmt(value, std=None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.1f}" + (f" ± {std:.1f}" if std is not None else "")
+
+
+def _overridden(entries: list[dict]) -> list[str]:
+    return [f"{e['method']}: the config's run_overrides set {e['param']} = {_value_text(e['resolved'])}, so the "
+            "run is not at the swept value" for e in entries
+            if e["resolved"] is not None and e["resolved"] != e["value"]]
+
+
+def _panel_entries(spec: dict, entries: list[dict]):
+    for panel in spec["panels"]:
+        yield panel, [e for e in entries if e["panel"] == panel["key"]]
+
+
+def _what(panel: dict) -> str:
+    """What a panel's value is, in words."""
+    metric = panel["metric"]
+    reference = panel.get("reference")
+    if reference is None:
+        return f"{panel.get('method', panel['loss']['name'])}: {metric} (percent)"
+    return (f"relative {metric} gain (percent) of {panel.get('method', panel['loss']['name'])} over "
+            f"{reference.get('method', reference['loss']['name'])}: 100 (ours - ref) / ref at the same "
+            f"{panel.get('label', panel['param'])}")
+
+
+def sweep_markdown(spec: dict, entries: list[dict], replica: bool) -> str:
+    source = (f"Source: {spec['source']}. One row per point of the figure: the paper's point (where the text "
+              "gives one) beside ours; Δ = ours − paper; — = no run yet or not finished (see notes). The plot: "
+              f"{spec['table']}.png.")
+    lines = [f"# {spec['paper']} {spec['table']}: {spec['caption']}", "", source, ""]
+    if replica:
+        lines += [f"> **Replica data.** {REPLICA_NOTE}", ""]
+    notes: list[str] = []
+    for panel, rows in _panel_entries(spec, entries):
+        label = panel.get("label", panel["param"])
+        reference = panel.get("reference")
+        what = f"{_what(panel)}; `{panel['param']}` swept on setup `{panel['setup']}`."
+        lines += [f"## {panel['title']}", "", what, ""]
+        header = [label, "paper", "ours", "Δ"]
+        if reference is not None:
+            header += [f"{panel.get('method', panel['loss']['name'])} {panel['metric']}",
+                       f"{reference.get('method', reference['loss']['name'])} {panel['metric']}"]
+        header += ["runs"]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for e in rows:
+            cells = [_value_text(e["value"]), "" if e["paper"] is None else f"{e['paper']:.1f}",
+                     _fmt(e["ours"], e["std"]), "" if e["diff"] is None else f"{e['diff']:+.1f}"]
+            if reference is not None:
+                cells += [_fmt(e["ours_metric"]), _fmt(e["reference_metric"])]
+            cells.append(" ".join(f"`{r}`" for r in (e["run_ids"] + " " + e["reference_run_ids"]).split()))
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    notes += _missing_notes(spec, entries) + _overridden(entries)
+    if notes:
+        lines += ["Notes:"] + [f"- {n}" for n in dict.fromkeys(notes)]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def sweep_latex(spec: dict, entries: list[dict], replica: bool) -> str:
+    caption = _tex(spec["caption"]) + (r" \emph{Replica data: ours is meaningless.}" if replica else "")
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{caption}}}", r"\begin{tabular}{lrrr}", r"\toprule",
+             r"value & paper & ours & $\Delta$ \\"]
+    for panel, rows in _panel_entries(spec, entries):
+        title = f"{_tex(panel['title'])}: {_tex(panel.get('header', panel['metric']))}"
+        lines += [r"\midrule", rf"\multicolumn{{4}}{{l}}{{{title}}} \\"]
+        for e in rows:
+            ours = "--" if e["ours"] is None else f"{e['ours']:.1f}" + (
+                f" $\\pm$ {e['std']:.1f}" if e["std"] is not None else "")
+            lines.append(" & ".join([
+                f"{_tex(panel.get('label', panel['param']))} = {_tex(_value_text(e['value']))}",
+                "" if e["paper"] is None else f"{e['paper']:.1f}", ours,
+                "" if e["diff"] is None else f"{e['diff']:+.1f}"]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def render_sweep(table_plan: dict, runs_dir: str | Path, out_prefix: str | Path) -> list[dict]:
+    """Write ``<out_prefix>.md``, ``.csv`` and ``.tex`` of a sweep's points; return them."""
+    spec = table_plan["spec"]
+    entries, replica = sweep_entries(table_plan, runs_dir)
+    write_outputs(out_prefix, sweep_markdown(spec, entries, replica), to_csv(entries, replica),
+                  sweep_latex(spec, entries, replica))
+    return entries
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _draw_panel(ax, panel: dict, rows: list[dict]) -> None:
+    values = [e["value"] for e in rows]
+    scale = panel.get("scale", "linear")
+    if scale == "categorical" or any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in values):
+        xs = list(range(len(values)))
+        ax.set_xticks(xs, [_value_text(v) for v in values])
+    else:
+        xs = [float(v) for v in values]
+        if scale == "log":
+            ax.set_xscale("log")
+    ours = [(x, e["ours"], e["std"] or 0.0) for x, e in zip(xs, rows) if e["ours"] is not None]
+    paper = [(x, e["paper"]) for x, e in zip(xs, rows) if e["paper"] is not None]
+    if scale == "categorical":
+        width = 0.38
+        if paper:
+            ax.bar([x - width / 2 for x, _ in paper], [y for _, y in paper], width, color="tab:gray", label="paper")
+        if ours:
+            ax.bar([x + width / 2 for x, _, _ in ours], [y for _, y, _ in ours], width, color="tab:blue",
+                   yerr=[s for _, _, s in ours], label="ours")
+        ax.axhline(0.0, color="0.3", lw=0.8)
+    else:
+        if paper:
+            ax.plot([x for x, _ in paper], [y for _, y in paper], "s", color="tab:gray", ms=7, label="paper")
+        if ours:
+            ax.errorbar([x for x, _, _ in ours], [y for _, y, _ in ours], yerr=[s for _, _, s in ours],
+                        fmt="o-", color="tab:blue", capsize=3, label="ours")
+    if not ours and not paper:
+        ax.text(0.5, 0.5, "no point yet", ha="center", va="center", transform=ax.transAxes)
+    else:
+        ax.legend(fontsize=8)
+    ax.set_title(panel["title"], fontsize=9)
+    ax.set_xlabel(panel.get("label", panel["param"]))
+    ax.set_ylabel(panel.get("header", panel["metric"]))
+    ax.grid(alpha=0.3)
+
+
+def sweep_plot(table_plan: dict, runs_dir: str | Path, out: str | Path) -> Path:
+    """Draw the sweep (one panel per spec panel) to ``out`` (PNG, (n * 480) x 420 pixels)."""
+    plt = _pyplot()
+    spec = table_plan["spec"]
+    entries, replica = sweep_entries(table_plan, runs_dir)
+    panels = list(_panel_entries(spec, entries))
+    fig, axes = plt.subplots(1, len(panels), figsize=(PANEL_SIZE[0] * len(panels), PANEL_SIZE[1]), dpi=DPI,
+                             squeeze=False)
+    for ax, (panel, rows) in zip(axes[0], panels):
+        _draw_panel(ax, panel, rows)
+    caption = [f"{spec['paper']} {spec['table']}: {spec['caption']}"]
+    if replica:
+        caption.append("Replica data: ours is meaningless.")
+    caption += [f"Not plotted, {note}" for note in _missing_notes(spec, entries)] + _overridden(entries)
+    text = "\n".join(_wrap(line, int(110 * len(panels) * 0.9)) for line in caption)
+    fig.subplots_adjust(left=0.09 / len(panels) + 0.03, right=0.98, top=0.9, bottom=0.16 + 0.04 * text.count("\n"),
+                        wspace=0.3)
+    fig.text(0.01, 0.01, text, fontsize=7, va="bottom", ha="left")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with atomic_path(out) as tmp:
+            fig.savefig(tmp, format="png", dpi=DPI)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def _wrap(line: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(line, max(width, 40))) or line
+
