@@ -3,7 +3,8 @@
 For each spec ``src/rankrepro/tables/specs/<paper>/<table>.yaml`` the table is located in
 ``../shared/papers/<file>`` by the spec's ``source`` (``"<file>, <heading>"``, e.g.
 ``"suprank_tpami.txt, TABLE IV"``): the block from the line starting ``<heading>:`` to the
-first blank line or the next table heading. Each row's line is found in row order: the
+first blank line or the next table heading (for a caption printed below its table, as in
+RaMBO, the lines above it back to a blank line). Each row's line is found in row order: the
 next line of the block (after the previous row's) that holds the row's ``paper_row`` text
 (run rows; default its ``method``) or ``name`` (statistics rows) with numbers after it.
 The row's non-null numbers must then appear, in order and contiguously, among the numbers
@@ -26,6 +27,10 @@ PAPERS = Path(__file__).resolve().parents[2] / "shared" / "papers"
 TEXT_FIXES = {
     # TABLE IV, ROADMAP (ours) on CUB: R@2 is printed "79 4" (the decimal point is lost)
     "suprank_tpami.txt": [("69.4 79 4 87.2", "69.4 79.4 87.2")],
+    # Table 9, lr: printed 3×10^{-6}, 10^{-5}, 5×10^{-6} (LaTeX powers the reader cannot parse): in units of 1e-6
+    "rambo_blackbox_rank_cvpr2020.txt": [("lr\t3×10^{-6}\t10^{-5}\t5×10^{-6}", "lr\t3\t10\t5")],
+    # Table 2 (SOP): the extraction puts the caption *below* the rows; a heading above them ("Table 2 rows")
+    "smooth_ap_eccv2020.txt": [("SOP\nRecall@K 1 10 100 1000", "Table 2 rows: SOP\nRecall@K 1 10 100 1000")],
 }
 
 HEADING = re.compile(r"^(TABLE [IVXLC]+|Table S?\d+)\s*[:.]")
@@ -53,7 +58,9 @@ def paper_text(file: str) -> str:
 
 
 def table_block(text: str, heading: str) -> list[str]:
-    """The lines of the table whose caption line starts ``<heading>:`` (caption excluded)."""
+    """The lines of the table whose caption line starts ``<heading>:`` (caption excluded): the lines
+    below it up to a blank line or the next heading, or, where none follow (a caption printed below its
+    table), the lines above it back to a blank line or a heading."""
     lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) if re.match(re.escape(heading) + r"\s*[:.]", line)]
     if len(starts) != 1:
@@ -63,6 +70,13 @@ def table_block(text: str, heading: str) -> list[str]:
         if not line.strip() or HEADING.match(line):
             break
         block.append(line)
+    if not block:  # the caption is printed below its table (RaMBO): the rows above it
+        above = starts[0] - 1
+        while above >= 0 and not lines[above].strip():  # blank lines between the rows and the caption
+            above -= 1
+        while above >= 0 and lines[above].strip() and not HEADING.match(lines[above]):
+            block.insert(0, lines[above])
+            above -= 1
     return block
 
 

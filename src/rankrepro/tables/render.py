@@ -204,8 +204,21 @@ def to_csv(rows: list[dict], replica: bool) -> str:
     return buffer.getvalue()
 
 
+#: LaTeX for the characters a spec's text may hold that pdflatex's utf8 input does not know
+#: (Greek letters and symbols, as math) or that LaTeX treats specially
+TEX_CHARS = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{",
+    "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+    "α": r"$\alpha$", "β": r"$\beta$", "γ": r"$\gamma$", "δ": r"$\delta$", "ε": r"$\epsilon$",
+    "λ": r"$\lambda$", "μ": r"$\mu$", "ρ": r"$\rho$", "σ": r"$\sigma$", "τ": r"$\tau$", "Σ": r"$\Sigma$",
+    "Δ": r"$\Delta$", "†": r"\textdagger{}", "‡": r"\textdaggerdbl{}", "×": r"$\times$", "±": r"$\pm$",
+    "≤": r"$\leq$", "≥": r"$\geq$", "−": "-", "ℓ": r"$\ell$", "→": r"$\rightarrow$", "·": r"$\cdot$",
+}
+
+
 def _tex_escape(text: str) -> str:
-    return text.replace("&", r"\&").replace("%", r"\%").replace("_", r"\_").replace("#", r"\#")
+    """``text`` as LaTeX that compiles with pdflatex (specials escaped, Greek letters as math)."""
+    return "".join(TEX_CHARS.get(ch, ch) for ch in text)
 
 
 def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:

@@ -1,0 +1,268 @@
+"""Smooth-AP (ECCV 2020) training setups (src/rankrepro/experiments/setups/smooth_ap.yaml) and
+table specs (src/rankrepro/tables/specs/smooth_ap/): every setup resolves through the planner,
+its key values are the paper's (or, where the paper is silent, the official code's, as the
+comments in the yaml say), every spec plans (runs, shared runs, pending face cells), and the
+demo profile's overrides still apply. Quotes: ../shared/papers/smooth_ap_eccv2020.txt; code:
+../shared/spec/reference/losses.md section 1."""
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rankrepro import catalog
+from rankrepro.experiments.plan import (
+    SETUPS_DIR,
+    Planner,
+    load_planned,
+    load_setups,
+    load_spec,
+    make_plan,
+    resolve_run,
+    run_id,
+    spec_names,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = yaml.safe_load((REPO / "profiles" / "demo" / "demo.yaml").read_text())["run_overrides"]
+SMOOTH_AP = {"name": "smooth_ap", "tau": 0.01}  # section 5.2: "For all experiments we set tau to 0.01"
+
+#: setup -> dataset (every setup of smooth_ap.yaml)
+SETUPS = {
+    "smooth_ap_base": None,
+    "smooth_ap_sop_224": "sop",
+    "smooth_ap_sop_384": "sop",
+    "smooth_ap_vehicleid": "vehicleid",
+    "smooth_ap_inat_224": "inat",
+    "smooth_ap_inat_384": "inat",
+}
+TRAINED = sorted(s for s, d in SETUPS.items() if d)
+FACE = ("smooth_ap_vggface2", "smooth_ap_ijbc")  # planned (experiments/planned.yaml)
+TABLES = [t for p, t in spec_names() if p == "smooth_ap"]
+
+
+@pytest.fixture(scope="module")
+def planner():
+    return Planner()
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return make_plan({"smooth_ap": TABLES})
+
+
+def run_of(planner, setup, loss=None):
+    return planner.resolve(setup, [("loss", {"loss": loss or SMOOTH_AP})])
+
+
+def test_the_file_holds_exactly_these_setups():
+    data = yaml.safe_load((SETUPS_DIR / "smooth_ap.yaml").read_text())
+    assert set(data) == set(SETUPS) and all(name.startswith("smooth_ap_") for name in data)
+
+
+@pytest.mark.parametrize("setup", TRAINED)
+def test_every_setup_resolves_with_smooth_ap(setup):
+    run = resolve_run(setup, SMOOTH_AP)
+    assert run["dataset"] == SETUPS[setup] and run["loss"]["name"] == "smooth_ap" and run["loss"]["tau"] == 0.01
+    assert run["loss"]["include_query"]  # the official code keeps the query in its own list
+    assert run["eval"]["metrics"]
+
+
+@pytest.mark.parametrize("setup", TRAINED)
+def test_the_papers_common_settings(planner, setup):
+    run = run_of(planner, setup)
+    # 5.2: "ResNet50 ... pretrained on ImageNet. We replace the final softmax layer with one
+    # linear layer (... dimension being set to 512)"
+    model = run["model"]
+    assert model["backbone"] == "resnet50" and model["pretrained"] == "imagenet"
+    assert model["projection"] and model["embed_dim"] == 512 and not model["layernorm"]
+    assert model["freeze_bn"]  # code: BatchNorm frozen
+    # 5.2: "All images are resized to 256x256 ... random crops and flips ... a single centre crop
+    # of size 224x224"; code: RandomResizedCrop(224) default scale
+    images = run["images"]
+    assert images["train_resize"] == [256, 256] and images["test_resize"] == [256, 256]
+    assert images["train_crop"] == 224 and images["test_crop"] == 224 and images["rrc_scale"] == [0.08, 1.0]
+    # 5.2: "|P| to 4, and use an Adam optimiser with a base learning rate of 1e-5 with weight
+    # decay 4e-5" (the code's 4e-4 is not followed: the paper states it for every experiment)
+    assert run["sampler"]["samples_per_class"] == 4
+    opt = run["optimizer"]
+    assert opt["name"] == "adam" and opt["lr_backbone"] == 1e-5 and opt["weight_decay"] == 4e-5
+    # code: MultiStepLR gamma 0.3, no warm-up, float32, seed 1
+    assert run["schedule"]["name"] == "multistep" and run["schedule"]["gamma"] == 0.3
+    assert run["warmup_epochs"] == 0 and run["amp"] == "none" and run["seed"] == 1
+
+
+def test_the_code_disagreements_are_commented():
+    text = (SETUPS_DIR / "smooth_ap.yaml").read_text()
+    assert "weight_decay: 4.0e-5" in text and "code: weight_decay 4e-4" in text
+    assert "Followed: the paper's 256x256 resize" in text
+
+
+@pytest.mark.parametrize("batch", [224, 384])
+def test_sop(planner, batch):
+    run = run_of(planner, f"smooth_ap_sop_{batch}")
+    # 5.2: "the same hard negative mining technique as [5, 54] only for the Online Products
+    # dataset": FastAP's super-class batches (two super-categories, 5 batches per pair)
+    assert run["sampler"] == {"name": "hierarchical", "batch_size": batch, "samples_per_class": 4,
+                              "super_classes_per_batch": 2, "batches_per_super_tuple": 5}
+    # no SOP code: the code's default schedule
+    assert run["epochs"] == 400 and run["schedule"]["milestones"] == [200, 300]
+    assert run["optimizer"]["lr_head"] == 1e-5
+    # Table 2: Recall@1, 10, 100, 1000
+    assert run["eval"]["metrics"] == ["R@1", "R@10", "R@100", "R@1000"]
+
+
+def test_vehicleid(planner):
+    run = run_of(planner, "smooth_ap_vehicleid")
+    # Table 3 caption: "The VehicleID results are obtained with a batch-size of 384"; 5.2: no
+    # special sampling outside SOP; code README: --fc_lr_mul 1 --bs 384
+    assert run["sampler"] == {"name": "m_per_class", "batch_size": 384, "samples_per_class": 4}
+    assert run["optimizer"]["lr_head"] == 1e-5
+    # code defaults: 400 epochs, milestones [200, 300], gamma 0.3
+    assert run["epochs"] == 400 and run["schedule"]["milestones"] == [200, 300]
+    # Table 3: R@1, R@5 on the small / medium / large test lists
+    assert run["eval"]["metrics"] == ["R@1", "R@5"]
+    assert catalog.load()["dataset"]["vehicleid"]["facts"]["protocol"] == "vehicleid"
+
+
+@pytest.mark.parametrize("batch", [224, 384])
+def test_inat(planner, batch):
+    run = run_of(planner, f"smooth_ap_inat_{batch}")
+    # Table 3 caption: batch 224 for every method; "Smooth-AP BS=384"
+    assert run["sampler"] == {"name": "m_per_class", "batch_size": batch, "samples_per_class": 4}
+    # supplementary 11: "we multiply the learning rate on the last linear layer by a factor of 2"
+    assert run["optimizer"]["lr_backbone"] == 1e-5 and run["optimizer"]["lr_head"] == 2e-5
+    # code main.py iNaturalist override: 90 epochs, milestones [40, 70]
+    assert run["epochs"] == 90 and run["schedule"]["milestones"] == [40, 70] and run["schedule"]["gamma"] == 0.3
+    # Table 3: Recall@1, 4, 16, 32
+    assert run["eval"]["metrics"] == ["R@1", "R@4", "R@16", "R@32"]
+
+
+# ------------------------------------------------------------------------------- specs
+
+
+def test_every_table_is_specified():
+    assert {"table1", "table2", "table3", "table3_inat", "table4", "table5"} <= set(TABLES)
+
+
+def _table(plan, table):
+    entry = plan["tables"][f"smooth_ap/{table}"]
+    return entry["spec"], entry["cells"], entry["runs"]
+
+
+@pytest.mark.parametrize("table, runs", [("table2", 2), ("table3", 1), ("table3_inat", 6), ("table4", 0),
+                                         ("table5", 0)])
+def test_every_spec_plans_with_the_papers_run_count(plan, table, runs):
+    spec, cells, run_ids = _table(plan, table)
+    assert len(run_ids) == runs
+    for cell in cells:
+        row = spec["rows"][cell["row"]]
+        if row.get("cited"):
+            assert cell["pending"] == "cited from other work" and not cell["run_ids"]
+        elif runs:
+            assert cell["pending"] is None and len(cell["run_ids"]) == 1
+
+
+def test_the_batch_384_rows_are_the_384_setups(plan):
+    spec, cells, _ = _table(plan, "table2")
+    by_row = {spec["rows"][c["row"]]["method"]: c["run_ids"] for c in cells}
+    sop = Planner()
+    assert by_row["Smooth-AP BS=224"] == [run_id(sop.resolve("smooth_ap_sop_224", [("l", {"loss": SMOOTH_AP})]))]
+    assert by_row["Smooth-AP BS=384"] == [run_id(sop.resolve("smooth_ap_sop_384", [("l", {"loss": SMOOTH_AP})]))]
+    spec, cells, _ = _table(plan, "table3_inat")
+    by_row = {spec["rows"][c["row"]]["method"]: c["run_ids"] for c in cells}
+    assert by_row["Smooth-AP BS=384"] == [run_id(resolve_run("smooth_ap_inat_384", SMOOTH_AP))]
+
+
+def test_vehicleid_columns_read_the_protocols_subsets(plan):
+    spec, _, run_ids = _table(plan, "table3")
+    assert [c["metric"] for c in spec["columns"]] == [f"{s}/R@{k}" for s in ("small", "medium", "large")
+                                                      for k in (1, 5)]
+    assert run_ids == [run_id(resolve_run("smooth_ap_vehicleid", SMOOTH_AP))]
+
+
+def test_inat_baselines(plan):
+    """Section 6.2: Triplet and ProxyNCA [55], FastAP, BlackBox AP re-trained, batch 224;
+    supplementary 11: FastAP L = 20, BlackBox AP lambda 4, margin 0.02."""
+    spec, cells, _ = _table(plan, "table3_inat")
+    runs = {spec["rows"][c["row"]]["method"]: plan["runs"][c["run_ids"][0]] for c in cells if c["column"] == 0}
+    assert all(r["dataset"] == "inat" and r["optimizer"]["lr_head"] == 2e-5 for r in runs.values())
+    assert all(r["sampler"]["batch_size"] == 224 for m, r in runs.items() if m != "Smooth-AP BS=384")
+    assert runs["FastAP [5]"]["loss"]["num_bins"] == 20
+    assert runs["Blackbox AP [54]"]["loss"]["lambda_val"] == 4.0 and runs["Blackbox AP [54]"]["loss"]["margin"] == 0.02
+    triplet = runs["Triplet Semi-Hard [74]"]["loss"]
+    assert triplet["name"] == "triplet" and triplet["mining"] == "semihard" and triplet["margin"] == 0.2
+    proxy = runs["Proxy NCA† [42]"]  # [55]: radius 3 (scale 9), proxies at 50x the lr
+    assert proxy["loss"]["temperature"] == pytest.approx(1 / 9) and proxy["optimizer"]["lr_loss"] == 5e-4
+    assert proxy["optimizer"]["lr_backbone"] == 1e-5 and runs["FastAP [5]"]["optimizer"]["lr_loss"] is None
+
+
+@pytest.mark.parametrize("table", ["table4", "table5"])
+def test_face_tables_are_pending_on_their_planned_setups(plan, table):
+    spec, cells, run_ids = _table(plan, table)
+    assert not run_ids and all(not c["run_ids"] for c in cells)
+    assert {c["pending"] for c in cells} == {f"setup {s} not implemented yet" for s in FACE}
+    assert [c["setup"] for c in spec["columns"]] == list(FACE)
+    assert all(c["metric"] == "mAP" for c in spec["columns"])
+
+
+def test_table5_varies_one_parameter_at_a_time():
+    """Section 6.4 / Table 5 footnotes: tau, |P|, B around tau 0.01, |P| 4, B 128; 7 distinct runs."""
+    spec = load_spec("smooth_ap", "table5")
+    configs = [(r["loss"]["tau"], r["run"]["sampler"]["samples_per_class"], r["run"]["sampler"]["batch_size"])
+               for r in spec["rows"]]
+    assert configs[:3] == [(0.1, 4, 128), (0.01, 4, 128), (0.001, 4, 128)]
+    assert configs[3:6] == [(0.01, 4, 128), (0.01, 8, 128), (0.01, 16, 128)]
+    assert configs[6:] == [(0.01, 4, 64), (0.01, 4, 128), (0.01, 4, 256)]
+    assert len(set(configs)) == 7
+
+
+# ------------------------------------------------------------------------- face (planned)
+
+
+def _face_block() -> dict:
+    text = (SETUPS_DIR / "smooth_ap.yaml").read_text()
+    block = text.split("# FACE SETUPS (planned)\n", 1)[1]
+    return yaml.safe_load("\n".join(re.sub(r"^# ?", "", line) for line in block.splitlines()))
+
+
+def test_face_setups_are_planned_not_defined():
+    assert set(FACE) <= load_planned()["setups"] and not set(FACE) & set(load_setups())
+    assert {"vggface2", "ijbc"} <= load_planned()["datasets"]
+    assert {"softmax", "arcface"} <= load_planned()["losses"]  # Table 4's base rows
+
+
+def test_the_commented_face_setups_hold_the_papers_values():
+    block = _face_block()
+    assert set(block) == set(FACE) and block["smooth_ap_ijbc"]["extends"] == "smooth_ap_vggface2"
+    vgg = block["smooth_ap_vggface2"]
+    # 5.2: SENet-50 of [7], crops resized to 224x224, "L2-normalize the final 256D embedding";
+    # "For both models, we set the batch size to 224 and tau to 0.01"; |P| 4, Adam 1e-5, wd 4e-5
+    assert vgg["dataset"] == "vggface2" and block["smooth_ap_ijbc"]["dataset"] == "ijbc"
+    assert vgg["model"]["embed_dim"] == 256 and vgg["images"] == {"train_crop": 224, "test_crop": 224}
+    assert vgg["sampler"] == {"name": "m_per_class", "batch_size": 224, "samples_per_class": 4}
+    assert vgg["optimizer"]["lr_backbone"] == 1e-5 and vgg["optimizer"]["weight_decay"] == 4e-5
+    assert vgg["eval"]["metrics"] == ["mAP"]
+    # the ArcFace rows of Table 4: 112x112 crops, 512-d
+    arcface = [r for r in load_spec("smooth_ap", "table4")["rows"] if r["method"].startswith("ArcFace")]
+    assert len(arcface) == 4 and all(r["run"]["images"]["test_crop"] == 112 and r["run"]["model"]["embed_dim"] == 512
+                                     for r in arcface)
+
+
+# -------------------------------------------------------------------------------- demo
+
+
+@pytest.mark.parametrize("setup", TRAINED)
+def test_demo_overrides_resolve(setup):
+    """profiles/demo/demo.yaml's run_overrides apply to every setup."""
+    run = Planner(DEMO).resolve(setup, [("loss", {"loss": SMOOTH_AP})])
+    assert run["model"]["backbone"] == DEMO["model"]["backbone"] and run["epochs"] == DEMO["epochs"]
+    assert run["images"]["train_crop"] == DEMO["images"]["train_crop"]
+    assert run["sampler"]["batch_size"] == DEMO["sampler"]["batch_size"]
+
+
+def test_demo_plans_every_table():
+    plan = make_plan({"smooth_ap": TABLES}, DEMO)
+    assert all(run["epochs"] == DEMO["epochs"] for run in plan["runs"].values())
+    assert len(plan["tables"]["smooth_ap/table3_inat"]["runs"]) == 5  # BS=224 and 384 collapse at the demo's batch
