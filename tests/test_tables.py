@@ -199,3 +199,11 @@ def test_every_specs_best_groups_resolve():
         spec = load_spec(paper, table)
         for group in mark_groups(spec):
             assert len(set(group)) == len(group), f"{paper}/{table}: a row is twice in one best group"
+
+
+def test_paper_numbers_print_as_transcribed():
+    """One decimal as most papers print, more where the paper prints more (face mAP 0.828, margin 0.02)."""
+    from rankrepro.tables.render import _fmt
+
+    assert [_fmt(v) for v in (80.9, 100.0, 3, 0.828, 0.02, 59.55, None)] == [
+        "80.9", "100.0", "3.0", "0.828", "0.02", "59.55", ""]

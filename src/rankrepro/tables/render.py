@@ -56,7 +56,11 @@ def cell_values(cells: list[dict], runs_dir: str | Path) -> tuple[dict, bool]:
 
 
 def _fmt(value: float | None) -> str:
-    return "" if value is None else f"{value:.1f}"
+    """A paper's number as transcribed: one decimal, or more where the paper prints more (0.828, 0.02)."""
+    if value is None:
+        return ""
+    text = f"{value:.1f}"
+    return text if float(text) == value else format(value, ".10g")
 
 
 #: a value's mark: the best of its column (bold) or the second best (underlined)
