@@ -31,6 +31,9 @@ TEXT_FIXES = {
     "rambo_blackbox_rank_cvpr2020.txt": [("lr\t3×10^{-6}\t10^{-5}\t5×10^{-6}", "lr\t3\t10\t5")],
     # Table 2 (SOP): the extraction puts the caption *below* the rows; a heading above them ("Table 2 rows")
     "smooth_ap_eccv2020.txt": [("SOP\nRecall@K 1 10 100 1000", "Table 2 rows: SOP\nRecall@K 1 10 100 1000")],
+    # Table 1: three stacked dataset blocks of the same ten rows (specs topk/table1_{cub,cars,sop}); a heading per block
+    "topk_precision_iccv2019.txt": [(f"\n{b}\t", f"\nTable 1 {b}:\t") for b in ("CUB-200-2011", "Standford Cars",
+                                                                                 "Online Product")],
 }
 
 HEADING = re.compile(r"^(TABLE [IVXLC]+|Table S?\d+)\s*[:.]")

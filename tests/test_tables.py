@@ -207,3 +207,27 @@ def test_paper_numbers_print_as_transcribed():
 
     assert [_fmt(v) for v in (80.9, 100.0, 3, 0.828, 0.02, 59.55, None)] == [
         "80.9", "100.0", "3.0", "0.828", "0.02", "59.55", ""]
+
+
+def test_a_fraction_column_keeps_the_metric_and_three_decimals(tmp_path):
+    """PNP prints Dists@intra as 0.318: ours beside it is a fraction too, not 31.8."""
+    spec = {"paper": "toy", "table": "t2", "caption": "Toy.", "source": "nowhere", "best": {},
+            "columns": [{"key": "r1", "group": "G", "header": "R@1", "setup": "s", "metric": "R@1"},
+                        {"key": "d", "group": "G", "header": "Dists@intra", "setup": "s", "metric": "dists@intra",
+                         "unit": "fraction"}],
+            "rows": [{"method": "A", "loss": {"name": "x"}, "paper": [77.9, 0.318]},
+                     {"method": "B", "loss": {"name": "x"}, "paper": [76.3, 0.301]}]}
+    metrics = {"A": {"R@1": 0.5, "dists@intra": 0.31214}, "B": {"R@1": 0.4, "dists@intra": 0.3126}}
+    cells = []
+    for r, row in enumerate(spec["rows"]):
+        (tmp_path / "runs" / row["method"]).mkdir(parents=True)
+        (tmp_path / "runs" / row["method"] / "metrics.json").write_text(json.dumps({"metrics": metrics[row["method"]]}))
+        cells += [{"row": r, "column": c, "metric": col["metric"], "run_ids": [row["method"]], "pending": None}
+                  for c, col in enumerate(spec["columns"])]
+    rows = render({"paper": "toy", "table": "t2", "spec": spec, "cells": cells}, tmp_path / "runs", tmp_path / "t2")
+    a = next(r for r in rows if r["method"] == "A" and r["metric"] == "dists@intra")
+    assert a["unit"] == "fraction" and a["ours"] == pytest.approx(0.3121) and a["diff"] == pytest.approx(-0.0059)
+    md = (tmp_path / "t2.md").read_text()
+    # marks compare ours as printed: 0.312 < 0.313 (B best); R@1 in percent, one decimal
+    assert "| A | **77.9** | **50.0** | -27.9 | **0.318** | <u>0.312</u> | -0.006 |" in md
+    assert r"\textbf{0.318} & \underline{0.312} & -0.006" in (tmp_path / "t2.tex").read_text()

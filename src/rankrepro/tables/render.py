@@ -1,7 +1,9 @@
 """Render a table spec with the paper's numbers beside ours, to Markdown, CSV and LaTeX.
 
-Run tables: ours is the mean over the cell's runs (seeds) of the metric in percent, with
-``± std`` when there are several; the difference is ours − paper. A spec's ``best`` block
+Run tables: ours is the mean over the cell's runs (seeds) of the metric in percent (a column
+with ``unit: fraction`` keeps the metric as a fraction, printed with three decimals, as PNP
+prints its cosine distances: 0.318), with ``± std`` when there are several; the difference is
+ours − paper. A spec's ``best`` block
 marks, per column and per set of compared rows, the best value in bold and the second best
 underlined, separately for the paper's numbers and for ours (:func:`best_marks`; the rules:
 ``workflow/schemas/table.schema.yaml``).
@@ -36,10 +38,21 @@ class TableError(ValueError):
     """A spec that does not fit the files it is rendered from; the message names the spec file and row."""
 
 
-def cell_values(cells: list[dict], runs_dir: str | Path) -> tuple[dict, bool]:
-    """{(row, column): (mean, std or None, n)} in percent, and whether any run used replica data."""
+#: a run column's unit: the factor on the metric and the decimals it is printed with
+UNITS = {"percent": (100.0, 1), "fraction": (1.0, 3)}
+
+
+def column_unit(spec: dict, column: int) -> tuple[float, int]:
+    """(factor, decimals) of a run table's column (``unit``, default percent)."""
+    return UNITS[spec["columns"][column].get("unit", "percent")]
+
+
+def cell_values(cells: list[dict], runs_dir: str | Path, spec: dict | None = None) -> tuple[dict, bool]:
+    """{(row, column): (mean, std or None, n)} in the column's unit (percent without ``spec``),
+    and whether any run used replica data."""
     values, replica = {}, False
     for cell in cells:
+        factor = column_unit(spec, cell["column"])[0] if spec is not None else 100.0
         found = []
         for rid in cell["run_ids"]:
             path = Path(runs_dir) / rid / "metrics.json"
@@ -48,7 +61,7 @@ def cell_values(cells: list[dict], runs_dir: str | Path) -> tuple[dict, bool]:
             if cell["metric"] not in result["metrics"]:
                 raise KeyError(f"{path} has no metric {cell['metric']!r} (it has {sorted(result['metrics'])}); "
                                "add it to the setup's eval.metrics")
-            found.append(100.0 * result["metrics"][cell["metric"]])
+            found.append(factor * result["metrics"][cell["metric"]])
         if found:
             std = statistics.stdev(found) if len(found) > 1 else None
             values[(cell["row"], cell["column"])] = (statistics.fmean(found), std, len(found))
@@ -114,13 +127,13 @@ def rank_marks(values: dict, better: str = "higher") -> dict:
 def best_marks(spec: dict, paper: dict, ours: dict) -> tuple[dict, dict]:
     """The marks ``{(row, column): BEST | SECOND}`` of the paper's numbers and of ours, from
     ``paper`` / ``ours`` = {(row, column): value or None}. Ours are compared as printed (one
-    decimal); ``best.paper`` / ``best.ours`` (default true) switch either off."""
+    decimal, three in a fraction column); ``best.paper`` / ``best.ours`` (default true) switch either off."""
     best = spec.get("best")
     paper_marks: dict = {}
     ours_marks: dict = {}
     if best is None:
         return paper_marks, ours_marks
-    printed = {k: None if v is None else round(v, 1) for k, v in ours.items()}
+    printed = {k: None if v is None else round(v, column_unit(spec, k[1])[1]) for k, v in ours.items()}
     for group in mark_groups(spec):
         for c, column in enumerate(spec["columns"]):
             better = column.get("better", "higher")
@@ -132,7 +145,7 @@ def best_marks(spec: dict, paper: dict, ours: dict) -> tuple[dict, dict]:
 
 
 def table_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
-    """One dict per (row, column): method, column, paper, ours, std, diff, status, and the
+    """One dict per (row, column): method, column, unit, paper, ours, std, diff, status, and the
     best / second best marks of the paper's number and of ours (``paper_mark``, ``ours_mark``:
     "best", "second" or "")."""
     out = []
@@ -141,13 +154,15 @@ def table_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
         for c, column in enumerate(spec["columns"]):
             paper = row["paper"][c]
             mean, std, n = values.get((r, c), (None, None, 0))
+            digits = column_unit(spec, c)[1] + 1
             cell = by_pos[(r, c)]
             status = "cited" if row.get("cited") else ("ours" if mean is not None else (cell["pending"] or "missing"))
             out.append({
                 "method": row["method"], "column": f"{column['group']} {column['header']}", "metric": column["metric"],
-                "paper": paper, "ours": None if mean is None else round(mean, 2),
-                "std": None if std is None else round(std, 2), "seeds": n,
-                "diff": None if mean is None or paper is None else round(mean - paper, 2), "status": status,
+                "unit": column.get("unit", "percent"), "paper": paper,
+                "ours": None if mean is None else round(mean, digits),
+                "std": None if std is None else round(std, digits), "seeds": n,
+                "diff": None if mean is None or paper is None else round(mean - paper, digits), "status": status,
             })
     ncol = len(spec["columns"])
     paper_marks, ours_marks = best_marks(spec, {(i // ncol, i % ncol): e["paper"] for i, e in enumerate(out)},
@@ -166,14 +181,19 @@ def _tex_mark(text: str, mark: str) -> str:
     return rf"\textbf{{{text}}}" if mark == BEST else rf"\underline{{{text}}}" if mark == SECOND else text
 
 
-def _ours(entry: dict) -> str:
+def _decimals(entry: dict) -> int:
+    return UNITS[entry["unit"]][1]
+
+
+def _ours(entry: dict, pm: str = "±") -> str:
     if entry["ours"] is None:
         return "—"
-    return f"{entry['ours']:.1f}" + (f" ± {entry['std']:.1f}" if entry["std"] is not None else "")
+    d = _decimals(entry)
+    return f"{entry['ours']:.{d}f}" + (f" {pm} {entry['std']:.{d}f}" if entry["std"] is not None else "")
 
 
 def _diff(entry: dict) -> str:
-    return "" if entry["diff"] is None else f"{entry['diff']:+.1f}"
+    return "" if entry["diff"] is None else f"{entry['diff']:+.{_decimals(entry)}f}"
 
 
 def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
@@ -181,7 +201,8 @@ def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
     header = ["Method"] + [f"{c['group']} {c['header']} {part}" for c in spec["columns"]
                            for part in ("paper", "ours", "Δ")]
     lines = [f"# {spec['paper']} {spec['table']}: {spec['caption']}", "",
-             f"Source: {spec['source']}. Paper numbers beside ours (percent); Δ = ours − paper; "
+             f"Source: {spec['source']}. Paper numbers beside ours (percent unless a column says fraction); "
+             "Δ = ours − paper; "
              "— = no run yet (see notes).", ""]
     if replica:
         lines += [f"> **Replica data.** {REPLICA_NOTE}", ""]
@@ -244,8 +265,7 @@ def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
         entries = rows[r * ncol:(r + 1) * ncol]
         parts = [_tex_escape(row["method"])]
         for e in entries:
-            ours = "--" if e["ours"] is None else f"{e['ours']:.1f}" + (
-                f" $\\pm$ {e['std']:.1f}" if e["std"] is not None else "")
+            ours = "--" if e["ours"] is None else _ours(e, pm="$\\pm$")
             parts += [_tex_mark(_fmt(e["paper"]), e["paper_mark"]), _tex_mark(ours, e["ours_mark"]), _diff(e)]
         lines.append(" & ".join(parts) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
@@ -432,7 +452,7 @@ def render(table_plan: dict, runs_dir: str | Path, out_prefix: str | Path,
         manifests_dir = Path(runs_dir).parent / "manifests" if manifests_dir is None else manifests_dir
         return render_statistics(table_plan, manifests_dir, out_prefix)
     spec, cells = table_plan["spec"], table_plan["cells"]
-    values, replica = cell_values(cells, runs_dir)
+    values, replica = cell_values(cells, runs_dir, spec)
     rows = table_rows(spec, cells, values)
     write_outputs(out_prefix, to_markdown(spec, rows, replica), to_csv(rows, replica), to_latex(spec, rows, replica))
     return rows

@@ -1,0 +1,205 @@
+"""Top-k precision ("Sampling Wisely", ICCV 2019) training setups
+(src/rankrepro/experiments/setups/topk.yaml) and Table 1 specs (src/rankrepro/tables/specs/topk/):
+topk_base resolves once a dataset, backbone, sampler, epochs and metrics are given; the Table 1
+setups are planned (DenseNet201 / BN-Inception and the paper's sampler are not registered), so
+every cell is pending; their commented recipe holds the paper's values (or, where the paper is
+silent, the official code's, as the comments in the yaml say) and resolves, with every row's
+loss, against a catalog where those three components exist. Quotes:
+../shared/papers/topk_precision_iccv2019.txt; code: ../shared/spec/reference/losses.md section 4."""
+
+import copy
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rankrepro import catalog
+from rankrepro.experiments.plan import (
+    SETUPS_DIR,
+    Planner,
+    load_planned,
+    load_setups,
+    load_spec,
+    make_plan,
+    spec_names,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = yaml.safe_load((REPO / "profiles" / "demo" / "demo.yaml").read_text())["run_overrides"]
+LK = {"name": "topk_precision", "k": 5, "margin": 0.1}  # 4.4: "We set gamma = 0.1 and k = 5"
+
+DATASETS = ("cub", "cars", "sop")
+TABLES = [f"table1_{d}" for d in DATASETS]
+#: planned setup -> dataset (the commented block of topk.yaml)
+PLANNED = {f"topk_{net}_{d}": d for net in ("densenet201", "bninception") for d in DATASETS}
+#: what the planned setups need that is not registered: kind -> names
+MISSING = {"backbone": {"densenet201", "bninception"}, "sampler": {"up_to_m_per_class"}}
+METHODS = ["Uniform Triplet", "Hard Mining Triplet", "Semi Hard Triplet", "Distance Weighted", "Contrastive Loss",
+           "Lifted Struct Loss", "N-Pair Loss", "Angular Loss", "Proxy NCA Loss", "Ours ℓ_k"]
+#: a completion of topk_base with registered components (what a dataset setup adds)
+COMPLETION = {"dataset": "cub", "model": {"backbone": "resnet50", "embed_dim": 64},
+              "sampler": {"name": "m_per_class", "batch_size": 66, "samples_per_class": 11},
+              "epochs": 100, "eval": {"metrics": ["P@1"]}}
+
+
+def planned_block() -> dict:
+    text = (SETUPS_DIR / "topk.yaml").read_text()
+    block = text.split("# TABLE 1 SETUPS (planned)\n", 1)[1]
+    return yaml.safe_load("\n".join(re.sub(r"^# ?", "", line) for line in block.splitlines()))
+
+
+def future_catalog() -> dict:
+    """The catalog with the missing components registered as stand-ins (their interfaces as
+    the yaml's comment states them)."""
+    cat = copy.deepcopy(catalog.load())
+    for name in MISSING["backbone"]:
+        cat["backbone"][name] = copy.deepcopy(cat["backbone"]["resnet50"])
+    for name in MISSING["sampler"]:
+        cat["sampler"][name] = copy.deepcopy(cat["sampler"]["m_per_class"])  # {batch_size, samples_per_class}
+    return cat
+
+
+@pytest.fixture(scope="module")
+def future(tmp_path_factory):
+    """A Planner whose setups include the uncommented planned block, on :func:`future_catalog`."""
+    d = tmp_path_factory.mktemp("setups")
+    for f in SETUPS_DIR.glob("*.yaml"):
+        shutil.copy(f, d / f.name)
+    (d / "topk_planned.yaml").write_text(yaml.safe_dump(planned_block(), allow_unicode=True))
+    return Planner(catalog=future_catalog(), setups=load_setups(d))
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return make_plan({"topk": TABLES})
+
+
+# ------------------------------------------------------------------------------ setups
+
+
+def test_the_file_holds_only_the_base():
+    data = yaml.safe_load((SETUPS_DIR / "topk.yaml").read_text())
+    assert set(data) == {"topk_base"}
+
+
+def test_the_missing_components_are_still_missing():
+    """When one lands, the planned block becomes setups (and this file's tests change)."""
+    cat = catalog.load()
+    assert not any(name in cat[kind] for kind, names in MISSING.items() for name in names)
+
+
+def test_the_base_resolves_once_completed():
+    run = Planner().resolve("topk_base", [("completion", COMPLETION), ("loss", {"loss": LK})])
+    model = run["model"]
+    # 4.4: ImageNet-pretrained, "a fully connected layer as embedding layer and normalize its output";
+    # code: average pooling, no LayerNorm, BatchNorm not frozen
+    assert model["pretrained"] == "imagenet" and model["projection"] and not model["layernorm"]
+    assert model["pooling"]["name"] == "avg" and not model["freeze_bn"]
+    # 4.4: "resized to 256x256 and then randomly cropped to 227x227 ... we only center crop during test"
+    images = run["images"]
+    assert images["train_resize"] == [256, 256] and images["train_crop"] == 227
+    assert images["test_resize"] == [256, 256] and images["test_crop"] == 227 and images["rrc_scale"] == [0.08, 1.0]
+    # 4.4: "We use the ADAM optimizer"; code: eps 1e-2, wd 5e-4, backbone 1e-3, embedding 1e-5, loss 1e-3
+    opt = run["optimizer"]
+    assert opt["name"] == "adam" and opt["eps"] == 1e-2 and opt["weight_decay"] == 5e-4
+    assert (opt["lr_backbone"], opt["lr_head"], opt["lr_loss"]) == (1e-3, 1e-5, 1e-3)
+    # code: MultiStepLR gamma 0.1, no warm-up, float32
+    assert run["schedule"]["name"] == "multistep" and run["schedule"]["gamma"] == 0.1
+    assert run["warmup_epochs"] == 0 and run["amp"] == "none"
+    assert run["loss"] == {**LK, "memory": None, "reduction": "class_sum", "last_group_only": False,
+                           "official_hard_topk": False}
+
+
+def test_the_table_setups_are_planned_not_defined():
+    assert set(PLANNED) <= load_planned()["setups"] and not set(PLANNED) & set(load_setups())
+    assert set(planned_block()) == set(PLANNED)
+
+
+def test_the_commented_setups_hold_the_papers_values():
+    block = planned_block()
+    cub, cars, sop = (block[f"topk_densenet201_{d}"] for d in DATASETS)
+    assert cub["extends"] == "topk_base" and cars["extends"] == sop["extends"] == "topk_densenet201_cub"
+    # Table 1 caption: "The network backbone is densenet201"; 4.4: "The embedding dimension is 64
+    # in [32] and [15] and 512 in [29]"
+    assert cub["model"] == {"backbone": "densenet201", "embed_dim": 64} and sop["model"] == {"embed_dim": 512}
+    assert "model" not in cars
+    # 4.4: "A training batch contains 64 images ... we randomly sample 11 images" per class
+    assert cub["sampler"] == {"name": "up_to_m_per_class", "batch_size": 64, "samples_per_class": 11}
+    # code SCHEDULER_STEP per dataset
+    assert [b["schedule"]["milestones"] for b in (cub, cars, sop)] == [[8, 20, 70], [10, 30, 70], [15, 100, 200]]
+    assert [b["dataset"] for b in (cub, cars, sop)] == list(DATASETS)
+    for net in ("densenet201", "bninception"):
+        for d in DATASETS:
+            body = block[f"topk_{net}_{d}"]
+            if net == "bninception":  # 4.4: "the Inception with BN layer"; same recipe otherwise
+                assert body["extends"] == f"topk_densenet201_{d}" and body["model"] == {"backbone": "bninception"}
+
+
+@pytest.mark.parametrize("setup", sorted(PLANNED))
+def test_the_planned_setups_resolve_with_every_row_once_registered(future, setup):
+    dataset = PLANNED[setup]
+    spec = load_spec("topk", f"table1_{dataset}")
+    for row in spec["rows"]:
+        run = future.resolve(setup, [("loss", {"loss": row["loss"]})])
+        assert run["dataset"] == dataset and run["loss"]["name"] == row["loss"]["name"]
+        assert run["model"]["backbone"] == setup.split("_")[1]
+        assert run["model"]["embed_dim"] == (512 if dataset == "sop" else 64)
+        assert run["sampler"]["batch_size"] == 64 and run["sampler"]["samples_per_class"] == 11
+        assert run["epochs"] > run["schedule"]["milestones"][-1]
+        assert {c["metric"] for c in spec["columns"]} <= set(run["eval"]["metrics"])
+
+
+# ------------------------------------------------------------------------------- specs
+
+
+def test_table1_is_specified_per_dataset_block():
+    assert {t for p, t in spec_names() if p == "topk"} == set(TABLES)
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_the_specs_rows_and_columns(dataset):
+    spec = load_spec("topk", f"table1_{dataset}")
+    assert [r["method"] for r in spec["rows"]] == METHODS and not any(r.get("cited") for r in spec["rows"])
+    assert {c["setup"] for c in spec["columns"]} == {f"topk_densenet201_{dataset}"}
+    level = "_level1" if dataset == "sop" else ""  # caption: SOP NMI and F1 "computed by 12 super categories"
+    assert [c["metric"] for c in spec["columns"]] == ["P@1", "P@3", "P@5", "P@10", "R@3", "R@5", "R@10",
+                                                      f"NMI{level}", "mAP", f"F1{level}"]
+    losses = {r["method"]: r["loss"] for r in spec["rows"]}
+    assert losses["Ours ℓ_k"] == LK
+    assert [losses[m]["mining"] for m in METHODS[:4]] == ["uniform", "hard", "semihard", "distance_weighted"]
+    assert losses["Proxy NCA Loss"] == {"name": "proxy_nca_pp", "temperature": pytest.approx(1 / 9)}
+    assert [losses[m]["name"] for m in METHODS[4:8]] == ["contrastive", "lifted_structure", "npair", "angular"]
+
+
+def test_the_three_blocks_train_the_same_losses():
+    losses = [[r["loss"] for r in load_spec("topk", t)["rows"]] for t in TABLES]
+    assert losses[0] == losses[1] == losses[2]
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_every_cell_is_pending_on_its_planned_setup(plan, table):
+    entry = plan["tables"][f"topk/{table}"]
+    assert not entry["runs"] and len(entry["cells"]) == 100
+    setup = f"topk_densenet201_{table.split('_')[1]}"
+    assert {c["pending"] for c in entry["cells"]} == {f"setup {setup} not implemented yet"}
+    assert all(not c["run_ids"] for c in entry["cells"])
+
+
+def test_once_registered_each_block_is_ten_runs(future):
+    """With the components registered, each block plans one run per row (30 in all, none shared)."""
+    plan = make_plan({"topk": TABLES}, catalog=future.catalog, setups=future.setups)
+    assert len(plan["runs"]) == 30 and {r["dataset"] for r in plan["runs"].values()} == set(DATASETS)
+    for table in TABLES:
+        entry = plan["tables"][f"topk/{table}"]
+        assert len(entry["runs"]) == 10
+        assert all(c["pending"] is None and len(c["run_ids"]) == 1 for c in entry["cells"])
+
+
+def test_demo_overrides_resolve_the_planned_setups(future):
+    """profiles/demo/demo.yaml's run_overrides (a registered backbone) apply to the recipe."""
+    demo = Planner(DEMO, catalog=future.catalog, setups=future.setups)
+    for setup in PLANNED:
+        run = demo.resolve(setup, [("loss", {"loss": LK})])
+        assert run["model"]["backbone"] == DEMO["model"]["backbone"] and run["epochs"] == DEMO["epochs"]
