@@ -1,5 +1,6 @@
 """Every table's LaTeX compiles in a booktabs document (pdflatex), with our numbers, best/second
-marks, the replica note and every character a spec holds (Greek letters, underscores, daggers)."""
+marks, the replica note and every character a spec holds (Greek letters, underscores, daggers), and
+static tables' text (math as $...$, check marks: amssymb, printed powers 3×10^{-6})."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import subprocess
 import pytest
 
 from rankrepro.experiments.plan import make_plan, spec_names
-from rankrepro.tables.render import _tex_escape, render
+from rankrepro.tables.render import _tex_escape, _tex_text, render
 
 PDFLATEX = shutil.which("pdflatex")
 needs_pdflatex = pytest.mark.skipif(PDFLATEX is None, reason="pdflatex is not installed (apt: texlive-latex-recommended)")
@@ -20,6 +21,7 @@ DOCUMENT = r"""\documentclass{article}
 \usepackage[utf8]{inputenc}
 \usepackage[T1]{fontenc}
 \usepackage{booktabs}
+\usepackage{amssymb}
 \usepackage{graphicx}
 \usepackage[paperwidth=200cm,paperheight=100cm,margin=1cm]{geometry}
 \begin{document}
@@ -46,6 +48,14 @@ def test_escape_makes_every_special_character_latex():
     assert _tex_escape("ΣTL_SH & 50% #1 {x} λ=0.5 †") == r"$\Sigma$TL\_SH \& 50\% \#1 \{x\} $\lambda$=0.5 \textdagger{}"
 
 
+def test_static_text_keeps_math_and_escapes_the_rest():
+    assert _tex_text(r"$O(n \log n)$") == r"$O(n \log n)$"
+    assert _tex_text("✓") == r"$\checkmark$" and _tex_text("x") == "x" and _tex_text("✗") == r"$\times$"
+    assert _tex_text("3×10^{-6}") == r"3$\times$10$^{-6}$" and _tex_text("10^{-5}") == r"10$^{-5}$"
+    assert _tex_text(r"a_b 50% $h \approx n$ & $α$") == r"a\_b 50\% $h \approx n$ \& $\alpha $"
+    assert _tex_text("one $ sign") == r"one \$ sign"
+
+
 @needs_pdflatex
 def test_every_table_compiles_in_a_booktabs_document(tmp_path):
     tables = {}
@@ -63,6 +73,10 @@ def test_every_table_compiles_in_a_booktabs_document(tmp_path):
         inputs.append(rf"\input{{tex/{key}.tex}}")
     assert any(r"\textbf{" in (tmp_path / "tex" / f"{k}.tex").read_text() for k in plan["tables"]
                if (tmp_path / "tex" / f"{k}.tex").exists())
+    static = [k for k, t in plan["tables"].items() if t["spec"].get("kind") == "static"]
+    assert {"rambo/table1", "rambo/table9"} <= set(static)  # static tables are compiled too
+    table1 = (tmp_path / "tex" / "rambo" / "table1.tex").read_text()
+    assert r"RaMBO & $O(n \log n)$ & $\checkmark$ \\" in table1 and r"$O(n^2)$ & x \\" in table1
     (tmp_path / "all.tex").write_text(DOCUMENT % "\n\\clearpage\n".join(inputs))
     result = subprocess.run([PDFLATEX, "-interaction=nonstopmode", "-halt-on-error", "all.tex"], cwd=tmp_path,
                             capture_output=True, text=True, check=False, timeout=300)

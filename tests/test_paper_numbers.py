@@ -10,6 +10,11 @@ next line of the block (after the previous row's) that holds the row's ``paper_r
 The row's non-null numbers must then appear, in order and contiguously, among the numbers
 printed after that text ("-" placeholders and [n] citations skipped, "59,551" = 59551,
 "3.31 M" = 3310000).
+
+A static spec (``kind: static``: text, no numbers to reproduce) is checked as text: its header
+line (``row_header`` and the column headers) and each row's line (its ``paper_row`` or
+``method``, then its ``cells``), tab separated as the extraction prints them, must be lines of
+the block, the rows in order; changing any digit of a cell, or a cell without digits, fails.
 """
 
 from __future__ import annotations
@@ -27,8 +32,6 @@ PAPERS = Path(__file__).resolve().parents[2] / "shared" / "papers"
 TEXT_FIXES = {
     # TABLE IV, ROADMAP (ours) on CUB: R@2 is printed "79 4" (the decimal point is lost)
     "suprank_tpami.txt": [("69.4 79 4 87.2", "69.4 79.4 87.2")],
-    # Table 9, lr: printed 3×10^{-6}, 10^{-5}, 5×10^{-6} (LaTeX powers the reader cannot parse): in units of 1e-6
-    "rambo_blackbox_rank_cvpr2020.txt": [("lr\t3×10^{-6}\t10^{-5}\t5×10^{-6}", "lr\t3\t10\t5")],
     # Table 2 (SOP): the extraction puts the caption *below* the rows; a heading above them ("Table 2 rows")
     "smooth_ap_eccv2020.txt": [("SOP\nRecall@K 1 10 100 1000", "Table 2 rows: SOP\nRecall@K 1 10 100 1000")],
     # Table 1: three stacked dataset blocks of the same ten rows (specs topk/table1_{cub,cars,sop}); a heading per block
@@ -118,7 +121,30 @@ def check_rows(block: list[str], rows: list[dict]) -> None:
         cursor = i + 1
 
 
+def static_lines(spec: dict) -> tuple[str, list[str]]:
+    """The header line and each row's line of a static spec as the extraction prints them (tab separated)."""
+    header = "\t".join([spec.get("row_header", "Method"), *(c["header"] for c in spec["columns"])])
+    return header, ["\t".join([row.get("paper_row", row["method"]), *row["cells"]]) for row in spec["rows"]]
+
+
+def check_static_rows(block: list[str], spec: dict) -> None:
+    """Raise :class:`Mismatch` unless the static spec's header line and every row's line (label and
+    cells exactly as printed) are lines of ``block``, the rows in order."""
+    lines = [line.rstrip() for line in block]
+    header, rows = static_lines(spec)
+    if header.rstrip() not in lines:
+        raise Mismatch(f"header: the line {header!r} is not printed in the table: {lines}")
+    cursor = 0
+    for r, (row, want) in enumerate(zip(spec["rows"], rows)):
+        try:
+            cursor = lines.index(want.rstrip(), cursor) + 1
+        except ValueError:
+            raise Mismatch(f"rows[{r}] ({row_label(row)}): the line {want!r} is not printed after line {cursor} "
+                           f"of the table: {lines[cursor:]}") from None
+
+
 SPECS = spec_names()
+STATIC_SPECS = [(p, t) for p, t in SPECS if load_spec(p, t).get("kind") == "static"]
 
 
 @needs_papers
@@ -129,6 +155,9 @@ def test_spec_numbers_are_the_papers(paper, table):
         pytest.skip("a sweep's points are figure readings: tests/test_sweeps.py checks them")
     file, heading = parse_source(spec["source"])
     assert (PAPERS / file).is_file(), f"{spec['_file']}: source names {file}, not in {PAPERS}"
+    if spec.get("kind") == "static":
+        check_static_rows(table_block(paper_text(file), heading), spec)
+        return
     check_rows(table_block(paper_text(file), heading), spec["rows"])
 
 
@@ -163,6 +192,8 @@ def test_every_transcribed_number_is_checked(paper, table):
         pytest.skip("a sweep's points are figure readings: tests/test_sweeps.py checks them")
     file, heading = parse_source(spec["source"])
     block = table_block(paper_text(file), heading)
+    if spec.get("kind") == "static":
+        pytest.skip("a static table's cells are text: test_every_static_cell_is_checked")
     for r, row in enumerate(spec["rows"]):
         for c, value in enumerate(row["paper"]):
             if value is None:
@@ -172,6 +203,41 @@ def test_every_transcribed_number_is_checked(paper, table):
             rows[r]["paper"][c] = value + step
             with pytest.raises(Mismatch, match=rf"rows\[{r}\]"):
                 check_rows(block, rows)
+
+
+def _static_edits(cell: str) -> list[str]:
+    """``cell`` with each of its digits changed in turn (by one), or, without digits, another cell."""
+    edits = [cell[:i] + str((int(ch) + 1) % 10) + cell[i + 1:] for i, ch in enumerate(cell) if ch.isdigit()]
+    return edits or [cell + "?", "x" if cell != "x" else "✓"]
+
+
+@needs_papers
+@pytest.mark.parametrize("paper,table", STATIC_SPECS, ids=[f"{p}/{t}" for p, t in STATIC_SPECS])
+def test_every_static_cell_is_checked(paper, table):
+    """Changing any digit of any cell of a static spec (or a cell without digits, or a header) fails."""
+    spec = load_spec(paper, table)
+    file, heading = parse_source(spec["source"])
+    block = table_block(paper_text(file), heading)
+    check_static_rows(block, spec)
+    for r, row in enumerate(spec["rows"]):
+        for c, cell in enumerate(row["cells"]):
+            for edit in _static_edits(cell):
+                rows = [dict(x, cells=list(x["cells"])) for x in spec["rows"]]
+                rows[r]["cells"][c] = edit
+                with pytest.raises(Mismatch, match=rf"rows\[{r}\]"):
+                    check_static_rows(block, dict(spec, rows=rows))
+    for c in range(len(spec["columns"])):
+        columns = [dict(x) for x in spec["columns"]]
+        columns[c]["header"] += "?"
+        with pytest.raises(Mismatch, match="header"):
+            check_static_rows(block, dict(spec, columns=columns))
+    if len(spec["rows"]) > 1:
+        with pytest.raises(Mismatch, match=r"rows\[1\]"):
+            check_static_rows(block, dict(spec, rows=[spec["rows"][1], spec["rows"][0], *spec["rows"][2:]]))
+
+
+def test_static_specs_exist():
+    assert {("rambo", "table1"), ("rambo", "table9")} <= set(STATIC_SPECS)
 
 
 @needs_papers

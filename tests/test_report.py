@@ -194,6 +194,59 @@ def test_cli_writes_index_table_html_and_plots(results, tmp_path):
     assert all((tmp_path / n).stat().st_size > 0 for n in ("t1.html", "c.png", "s.png"))
 
 
+def _static(results, built=True):
+    """Add a static table p/s (the paper's text: a check mark, math) to the results' plan; render it."""
+    from rankrepro.tables.render import render
+
+    spec = {"paper": "p", "table": "s", "kind": "static", "caption": "Complexity", "source": "Table 1",
+            "columns": [{"key": "c", "header": "cost"}, {"key": "g", "header": "general"}],
+            "rows": [{"method": "RaMBO", "cells": ["$O(n \\log n)$", "✓"]}, {"method": "Yue", "cells": ["$O(n^2)$", "x"]}]}
+    table_plan = {"paper": "p", "table": "s", "spec": spec, "cells": [], "runs": []}
+    plan = json.loads((results / "plan" / "plan.json").read_text())
+    plan["tables"]["p/s"] = table_plan
+    (results / "plan" / "plan.json").write_text(json.dumps(plan))
+    if built:
+        render(table_plan, results / "runs", results / "tables" / "p" / "s")
+    return table_plan
+
+
+@pytest.mark.parametrize("built", [True, False])
+def test_a_static_table_is_indexed_as_nothing_to_reproduce(results, built):
+    _static(results, built)
+    built_index = index.build_index(json.loads((results / "plan" / "plan.json").read_text()), results)
+    entry = next(t for t in built_index["tables"] if t["table"] == "s")
+    assert (entry["cells"], entry["reproduced"], entry["pending"], entry["runs"]) == (0, 0, 0, 0)
+    assert entry["data"] == index.STATIC_DATA and entry["reasons"] == {} and entry["built"] is built
+    total = built_index["total"]
+    assert (total["cells"], total["reproduced"], total["within"], total["pending"]) == (8, 4, 2, 4)  # unchanged
+    index.write_index(results / "plan" / "plan.json", results, results / "README.md")
+    text = (results / "README.md").read_text()
+    files = "[md](tables/p/s.md) · [csv](tables/p/s.csv) · [tex](tables/p/s.tex)" if built else "not built yet"
+    assert f"| p | s: Complexity | {files} | static: transcribed, nothing to reproduce | 0 | 0 | 0 | 0 | — | — | — |" \
+        in text
+    assert "**p s**" not in text  # nothing pending
+
+
+def test_a_static_tables_html_scatter_and_cli(results, tmp_path):
+    table_plan = _static(results)
+    csv_path = results / "tables" / "p" / "s.csv"
+    (tmp_path / "s.json").write_text(json.dumps(table_plan))
+    index.write_table_html(tmp_path / "s.json", csv_path, tmp_path / "s.html")
+    page = (tmp_path / "s.html").read_text()
+    assert "<th>Method</th><th>cost</th><th>general</th>" in page
+    assert "<tr><td class=name>RaMBO</td><td>$O(n \\log n)$</td><td>✓</td></tr>" in page
+    assert "nothing to reproduce" in page and page.count("<tr>") == 3
+    assert plots.scatter_points(csv_path) == []
+    csvs = [results / "tables" / "p" / "t1.csv", csv_path]
+    assert plots.paper_scatter("p", csvs, tmp_path / "scatter.png").read_bytes()[:8] == PNG
+    assert plots.paper_scatter("p", [csv_path], tmp_path / "only.png").read_bytes()[:8] == PNG
+    done = subprocess.run([sys.executable, "-m", "rankrepro", "table-html", "--plan", str(tmp_path / "s.json"),
+                           "--csv", str(csv_path), "--out", str(tmp_path / "cli.html")],
+                          check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "cli.html").read_text() == page
+
+
 # ----------------------------------------------------------------------- workflow + report
 
 REPO = Path(__file__).resolve().parents[1]

@@ -231,3 +231,87 @@ def test_a_fraction_column_keeps_the_metric_and_three_decimals(tmp_path):
     # marks compare ours as printed: 0.312 < 0.313 (B best); R@1 in percent, one decimal
     assert "| A | **77.9** | **50.0** | -27.9 | **0.318** | <u>0.312</u> | -0.006 |" in md
     assert r"\textbf{0.318} & \underline{0.312} & -0.006" in (tmp_path / "t2.tex").read_text()
+
+
+# ------------------------------------------------------------------------- static tables
+
+
+def _static_spec(**edits) -> dict:
+    spec = {"paper": "mine", "table": "static", "kind": "static", "caption": "Complexity ($n$ items).",
+            "source": "hand-written", "columns": [{"key": "cost", "group": "Cost", "header": "forward + backward"},
+                                                  {"key": "general", "group": "Cost", "header": "general"}],
+            "rows": [{"method": "RaMBO", "cells": [r"$O(n \log n)$", "✓"]},
+                     {"method": "Theirs", "paper_row": "Theirs [3]", "cells": ["3×10^{-6}", "x | y"],
+                      "note": "as printed"}]}
+    spec.update(edits)
+    return spec
+
+
+def _static_plan(tmp_path, spec):
+    import yaml
+
+    (tmp_path / "specs" / "mine").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "specs" / "mine" / "static.yaml").write_text(yaml.safe_dump(spec, sort_keys=False, allow_unicode=True))
+    return make_plan({"mine": ["static"]}, specs_dir=tmp_path / "specs")
+
+
+def test_a_static_table_plans_no_runs_cells_or_datasets(tmp_path):
+    plan = _static_plan(tmp_path, _static_spec())
+    entry = plan["tables"]["mine/static"]
+    assert plan["runs"] == {} and plan["datasets"] == {}
+    assert entry["runs"] == [] and entry["cells"] == [] and entry["spec"]["rows"][1]["paper_row"] == "Theirs [3]"
+    assert entry["spec_file"].endswith("mine/static.yaml")
+
+
+def test_render_static_writes_the_papers_cells(tmp_path):
+    from rankrepro.tables.render import STATIC_NOTE
+
+    plan = _static_plan(tmp_path, _static_spec())
+    rows = render(plan["tables"]["mine/static"], tmp_path / "runs", tmp_path / "out" / "static")
+    assert rows[0] == {"method": "RaMBO", "column": "Cost forward + backward", "paper": r"$O(n \log n)$"}
+    md = (tmp_path / "out" / "static.md").read_text()
+    assert STATIC_NOTE in md and "ours" not in md.replace(STATIC_NOTE, "") and "Δ" not in md
+    assert "| Method | Cost forward + backward | Cost general |" in md
+    assert r"| RaMBO | $O(n \log n)$ | ✓ |" in md  # math and marks as printed
+    assert r"| Theirs | 3×10^{-6} | x \| y |" in md and "- Theirs: as printed" in md
+    with open(tmp_path / "out" / "static.csv", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert list(table[0]) == ["method", "column", "paper"] and len(table) == 4
+    assert table[1] == {"method": "RaMBO", "column": "Cost general", "paper": "✓"}
+    assert table[2]["paper"] == "3×10^{-6}"
+    tex = (tmp_path / "out" / "static.tex").read_text()
+    assert r"\caption{Complexity ($n$ items).}" in tex and r"\begin{tabular}{lcc}" in tex
+    assert r" & \multicolumn{2}{c}{Cost} \\" in tex and r"Method & forward + backward & general \\" in tex
+    assert r"RaMBO & $O(n \log n)$ & $\checkmark$ \\" in tex
+    assert r"Theirs & 3$\times$10$^{-6}$ & x | y \\" in tex
+    assert r"\toprule" in tex and r"\midrule" in tex and r"\bottomrule" in tex and "ours" not in tex
+
+
+def test_a_static_tables_row_header_may_be_empty(tmp_path):
+    plan = _static_plan(tmp_path, _static_spec(row_header=""))
+    render(plan["tables"]["mine/static"], tmp_path / "runs", tmp_path / "t")
+    assert "|  | Cost forward + backward |" in (tmp_path / "t.md").read_text()
+    assert "\n & forward + backward & general \\\\\n" in (tmp_path / "t.tex").read_text()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s["rows"][1]["cells"].pop(), r"static.yaml: rows\[1\].cells: 1 cells for 2 columns \('Theirs'\)"),
+    (lambda s: s["rows"][0].update(paper=[1, 2]), r"static.yaml: rows\[0\]: Additional properties"),
+    (lambda s: s["rows"][0].update(cells=[1, "✓"]), r"static.yaml: rows\[0\].cells\[0\]: 1 is not of type 'string'"),
+    (lambda s: s["columns"][0].update(setup="rambo_sop"), r"static.yaml: columns\[0\]: Additional properties"),
+    (lambda s: s.update(seeds=[0]), r"static.yaml: seeds: a static table has no runs"),
+    (lambda s: s.update(best={}), r"static.yaml: best: a static table has no runs"),
+    (lambda s: s.pop("kind"), r"static.yaml: .*is a required property"),  # read as a runs table
+])
+def test_a_bad_static_spec_names_its_file_and_key(tmp_path, edit, message):
+    spec = _static_spec()
+    edit(spec)
+    with pytest.raises(PlanError, match=message):
+        _static_plan(tmp_path, spec)
+
+
+def test_row_header_is_for_static_tables_only(tmp_path):
+    spec = load_spec("suprank", "table1")
+    spec = {k: v for k, v in spec.items() if k != "_file"} | {"row_header": "Method", "paper": "mine", "table": "static"}
+    with pytest.raises(PlanError, match="row_header"):
+        _static_plan(tmp_path, spec)

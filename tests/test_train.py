@@ -153,3 +153,31 @@ def test_evaluate_any_compute_metric_on_every_level(tmp_path, manifest_dir):
     assert test.labels().shape[1] == 2
     for k in run["eval"]["metrics"]:
         assert m[k] == pytest.approx(ref[k], abs=1e-9), k
+
+
+def _write_run(folder, run):
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps(run))
+    return str(folder / "run.json")
+
+
+def test_a_batch_trains_each_run_as_its_own_job_would(tmp_path, manifest_dir):
+    """runtime.runs_per_job: `train-batch` over two runs writes, for each, the files and the metrics
+    a one-run `train --evaluate-out` job writes (each run seeds itself; order does not matter)."""
+    from rankrepro.cli import main
+
+    runs = [tiny_run(epochs=1), tiny_run(epochs=1, seed=3)]
+    common = ["--manifest", str(manifest_dir), "--device", "cpu", "--threads", "1", "--no-progress"]
+    singles = []
+    for k, run in enumerate(runs):
+        path = _write_run(tmp_path / "single" / f"r{k}", run)
+        main(["train", "--run", path, *common, "--evaluate-out", f"{tmp_path}/single/r{k}/metrics.json",
+              "--curve", f"{tmp_path}/single/r{k}/curve.png"])
+        singles.append(json.loads((tmp_path / "single" / f"r{k}" / "metrics.json").read_text())["metrics"])
+    batch = [_write_run(tmp_path / "batch" / f"r{k}", run) for k, run in reversed(list(enumerate(runs)))]
+    main(["train-batch", "--runs", *batch, *common])
+    for k in range(2):
+        folder = tmp_path / "batch" / f"r{k}"
+        assert {p.name for p in folder.iterdir()} >= {"model.pt", "history.csv", "metrics.json", "curve.png"}
+        assert json.loads((folder / "metrics.json").read_text())["metrics"] == singles[k]
+    assert singles[0] != singles[1]  # the seeds matter, so the comparison can fail

@@ -118,6 +118,8 @@ def test_the_full_config_builds_hgldv2_scrape_to_compare(tmp_path):
     ("tracking:\n  tracking_uri: ./mlruns\n  experiment: x\n", "tracking_uri"),
     ("datasets:\n  sop:\n    replca: true\n", "replca"),
     ("datasets:\n  imagenet: {}\n", "imagenet"),
+    ("runtime:\n  runs_per_job: 0\n", "runs_per_job"),
+    ("runtime:\n  runs_per_job: 4\n", "runtime.runs_per_job is 4 but runtime.evaluate_in_train_job is false"),
 ])
 def test_bad_config_is_an_error_naming_the_key(tmp_path, bad, key):
     workflow_copy(tmp_path)

@@ -56,10 +56,10 @@ def _threads(n: int | None) -> None:
 
 
 def _image_cache(path: str | None) -> None:
-    if path:
-        from rankrepro.data.images import use_image_cache
+    """The image cache of the datasets built next in this process (None: the originals)."""
+    from rankrepro.data.images import use_image_cache
 
-        use_image_cache(path)
+    use_image_cache(path)
 
 
 def cmd_cache(args) -> None:
@@ -83,6 +83,19 @@ def cmd_train(args) -> None:
 
         use_image_cache(args.eval_image_cache)  # the evaluation transform's cache, or the originals
         _evaluate(args, model, args.evaluate_out)
+
+
+def cmd_train_batch(args) -> None:
+    """Train, then evaluate, each ``--runs`` run in turn in this process (runtime.runs_per_job):
+    each writes model.pt, history.csv, metrics.json and curve.png beside its run.json, as a
+    one-run ``train --evaluate-out`` job would."""
+    import argparse
+
+    for run in args.runs:
+        run_dir = Path(run).parent
+        print(f"== run {run_dir.name}", flush=True)
+        cmd_train(argparse.Namespace(**{**vars(args), "run": run, "evaluate_out": str(run_dir / "metrics.json"),
+                                        "curve": str(run_dir / "curve.png")}))
 
 
 def cmd_evaluate(args) -> None:
@@ -253,6 +266,19 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--evaluate-out", help="then evaluate the trained model into this metrics.json in the "
                            "same process (runtime.evaluate_in_train_job)")
             p.add_argument("--eval-image-cache", help="the image cache of that evaluation (default: the originals)")
+
+    p = sub.add_parser("train-batch", help="train and evaluate several runs of one dataset in one process "
+                       "(runtime.runs_per_job)")
+    p.add_argument("--runs", nargs="+", required=True, help="results/runs/<run_id>/run.json of each run")
+    p.add_argument("--manifest", required=True, help="manifest directory (the runs' dataset)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--image-cache", help="the training transform's image cache (as for train)")
+    p.add_argument("--eval-image-cache", help="the evaluation transform's image cache (default: the originals)")
+    p.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
+    p.set_defaults(func=cmd_train_batch)
 
     p = sub.add_parser("cache", help="write a manifest's images with the shorter side resized to --size "
                        "(JPEG q95; resumable; cache.json last)")

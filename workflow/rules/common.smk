@@ -1,6 +1,7 @@
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 # Helpers only (no rules): config validation, the plan, input functions. Imports no torch:
 # the planner reads the config, the setups, the table specs and the catalog (data), and
 # writes results/plan/; everything below reads that plan.
@@ -8,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 import rankrepro.hgldv2
+from rankrepro.experiments.batches import BatchError, train_batches
 from rankrepro.experiments.plan import PlanError, plan_from_config, write_plan
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -232,6 +234,56 @@ def train_outputs():
     """model.pt and history.csv, and evaluate_outputs() too with runtime.evaluate_in_train_job."""
     outputs = {"model": "results/runs/{run_id}/model.pt", "history": "results/runs/{run_id}/history.csv"}
     return {**outputs, **evaluate_outputs()} if RUNTIME["evaluate_in_train_job"] else outputs
+
+
+# -- training batches (runtime.runs_per_job > 1: rankrepro.experiments.batches; train.smk) ------------
+
+
+def run_wildcards(run_id):
+    """What an input function receives for run ``run_id`` (for calling them outside a job)."""
+    return SimpleNamespace(run_id=run_id)
+
+
+def run_image_caches(run_id):
+    """(train cache folder or None, evaluation cache folder or None) of a run."""
+    return tuple(run_image_cache_dir(run_wildcards(run_id), stage) for stage in ("train", "evaluate"))
+
+
+RUNS_PER_JOB = RUNTIME["runs_per_job"]
+if RUNS_PER_JOB > 1 and not RUNTIME["evaluate_in_train_job"]:
+    raise WorkflowError(f"config: runtime.runs_per_job is {RUNS_PER_JOB} but runtime.evaluate_in_train_job is "
+                        "false: a batch job trains and evaluates its runs; set evaluate_in_train_job: true or "
+                        "runs_per_job: 1")
+try:
+    TRAIN_BATCHES = (train_batches(RUNS, RUNS_PER_JOB, key=lambda rid: (RUNS[rid]["dataset"], run_image_caches(rid)))
+                     if RUNS_PER_JOB > 1 else {})
+except BatchError as err:
+    raise WorkflowError(f"config: {err}") from None
+
+
+def batch_outputs(run_ids):
+    """The files a training batch writes: each run's train_outputs() (evaluation included)."""
+    outputs = {}
+    for k, rid in enumerate(run_ids):
+        wildcards = run_wildcards(rid)
+        outputs |= {f"model_{k}": f"results/runs/{rid}/model.pt", f"history_{k}": f"results/runs/{rid}/history.csv",
+                    f"metrics_{k}": f"results/runs/{rid}/metrics.json",
+                    f"curve_{k}": report(f"results/runs/{rid}/curve.png", caption="../report/curve.rst",
+                                         category=run_paper(wildcards), subcategory="training curves",
+                                         labels=run_labels(wildcards))}
+    return outputs
+
+
+def batch_cache_args(run_ids):
+    """``--image-cache`` / ``--eval-image-cache`` of a batch (its runs share them), as a list."""
+    train_cache, eval_cache = run_image_caches(run_ids[0])
+    return (["--image-cache", train_cache] if train_cache else []) + (
+        ["--eval-image-cache", eval_cache] if eval_cache else [])
+
+
+def batch_cache_inputs(run_ids):
+    """The cache.json files a batch waits for."""
+    return [f"{folder}/cache.json" for folder in run_image_caches(run_ids[0]) if folder]
 
 
 def run_fused_eval_cache(wildcards):

@@ -34,6 +34,10 @@ a table's cell shares its id); with a ``reference`` the point also needs the ref
 run at the same value (its value is the relative gain). :meth:`Planner.plan_sweep` expands it
 into one row per point (:func:`sweep_rows`), rendered by :mod:`rankrepro.tables.sweep`.
 
+A spec of ``kind: static`` (a table of text the paper prints, e.g. RaMBO's complexity table or
+its hyper-parameters) has nothing to reproduce: it plans no runs, no cells and no datasets;
+its plan carries the spec, rendered by :func:`rankrepro.tables.render.render_static`.
+
 The **plan** (:func:`make_plan`) holds the runs, each table's cells and the datasets the
 DAG prepares; :func:`write_plan` writes it under ``results/plan/`` (a file is rewritten
 only when its content changes, so Snakemake's mtimes stay put).
@@ -54,8 +58,8 @@ import yaml
 from rankrepro import catalog as catalog_mod
 from rankrepro.registry import ParameterError, check_parameters
 
-__all__ = ["SCHEMA_DIR", "STATISTICS", "SWEEP", "PlanError", "Planner", "canonical_json", "deep_merge", "load_setups",
-           "load_spec", "make_plan", "plan_from_config", "resolve_run", "row_label", "run_id", "spec_kind",
+__all__ = ["SCHEMA_DIR", "STATIC", "STATISTICS", "SWEEP", "PlanError", "Planner", "canonical_json", "deep_merge",
+           "load_setups", "load_spec", "make_plan", "plan_from_config", "resolve_run", "row_label", "run_id", "spec_kind",
            "spec_names", "sweep_rows", "write_plan"]
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "workflow" / "schemas"
@@ -364,10 +368,12 @@ SPECS_DIR = Path(str(resources.files("rankrepro.tables").joinpath("specs")))
 STATISTICS = "dataset_statistics"
 #: the kind of a spec that sweeps one run setting over values (a figure): one row per point
 SWEEP = "sweep"
+#: the kind of a spec of text transcribed from the paper (settings, complexities): nothing to reproduce
+STATIC = "static"
 
 
 def spec_kind(spec: dict) -> str:
-    """``runs`` (the default) or :data:`STATISTICS`."""
+    """``runs`` (the default), :data:`STATISTICS`, :data:`SWEEP` or :data:`STATIC`."""
     return spec.get("kind", "runs")
 
 
@@ -395,6 +401,10 @@ def load_spec(paper: str, table: str, schemas: Schemas | None = None, specs_dir:
         for key in ("columns", "rows", "best"):
             if key in spec:
                 raise PlanError(f"{where}: {key}: a sweep has panels, not {key} (it renders one row per point)")
+    if isinstance(spec, dict) and spec.get("kind") == STATIC:  # the schema's message would name no reason
+        for key in ("seeds", "best"):
+            if key in spec:
+                raise PlanError(f"{where}: {key}: a {STATIC} table has no runs (its cells are the paper's text)")
     validate(spec, schemas.table, where)
     if (spec["paper"], spec["table"]) != (paper, table):
         raise PlanError(f"{where}: paper/table say {spec['paper']}/{spec['table']}, the file is {paper}/{table}")
@@ -413,6 +423,13 @@ def load_spec(paper: str, table: str, schemas: Schemas | None = None, specs_dir:
                 validate(sweep_layer(panel["param"], value), schemas.partial_run, where,
                          prefix=("panels", p, "values", i))
         spec["columns"], spec["rows"] = sweep_rows(spec)  # the table it renders as: one row per point
+        spec["_file"] = where
+        return spec
+    if spec_kind(spec) == STATIC:
+        for r, row in enumerate(spec["rows"]):
+            if len(row["cells"]) != len(spec["columns"]):
+                raise PlanError(f"{where}: rows[{r}].cells: {len(row['cells'])} cells for "
+                                f"{len(spec['columns'])} columns ({row_label(row)!r})")
         spec["_file"] = where
         return spec
     for r, row in enumerate(spec["rows"]):
@@ -647,9 +664,9 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
     (``synthetic``: the config's results that need no dataset, :mod:`rankrepro.synthetic`).
     A ``dataset_statistics`` table has no runs; its entry adds ``"datasets"`` (those whose
     manifests its cells read, planned with the runs' datasets) and ``"spec_file"`` (for
-    errors found when rendering). A ``sweep`` table's cells are its points
-    (:class:`SweepCell`), its spec has the ``columns`` and ``rows`` it renders as
-    (:func:`sweep_rows`, added by :func:`load_spec`)."""
+    errors found when rendering); a ``static`` table has no cells and no runs (``"spec_file"``
+    too). A ``sweep`` table's cells are its points (:class:`SweepCell`), its spec has the
+    ``columns`` and ``rows`` it renders as (:func:`sweep_rows`, added by :func:`load_spec`)."""
     if setups_dir is not None and "setups" not in planner_kw:
         planner_kw["setups"] = load_setups(setups_dir, planner_kw.get("schemas"))
     planner = Planner(overrides, **planner_kw)
@@ -675,6 +692,8 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
                 statistics_datasets.update(table_datasets)
                 entry.update(cells=[asdict(cell) for cell in cells], runs=[], datasets=table_datasets,
                              spec_file=spec["_file"])
+            elif spec_kind(spec) == STATIC:  # the paper's text: nothing to run, no dataset
+                entry.update(cells=[], runs=[], spec_file=spec["_file"])
             else:
                 cells, table_runs = planner.plan_table(spec)
                 runs.update(table_runs)

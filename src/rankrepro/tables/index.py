@@ -12,6 +12,8 @@ For every table of every paper in the plan (``results/plan/plan.json``), from it
   string, else the CSV status, e.g. ``missing`` for a run not finished);
 - **data**: ``replica`` when any number of ours comes from a generated replica, ``real`` when
   ours come from the real data, ``—`` when nothing is ours yet;
+- a **static** table (text transcribed from the paper, e.g. a hyper-parameter table) has nothing
+  to reproduce: no cells, no runs; its data column says so;
 - **hours**: the wall time recorded by the table's runs, training (``history.csv``: ``seconds``
   per epoch, ``device`` per epoch) plus evaluation (``metrics.json``: ``seconds``; its ``device``
   when recorded, else the training's), summed per device kind: **GPU-hours** (CUDA) and
@@ -32,6 +34,10 @@ from pathlib import Path
 from rankrepro.io import atomic_write_text
 
 WITHIN = 1.0  # points: |ours - paper| <= WITHIN counts as "within one point"
+STATIC = "static"  # the spec kind of a table of text (rankrepro.experiments.plan.STATIC)
+STATIC_DATA = "static: transcribed, nothing to reproduce"
+#: spec kinds with no runs of their own: no run count, no hours in the index
+NO_RUNS = ("dataset_statistics", STATIC)
 
 LAYOUT = """\
 - `manifests/<dataset>/` — manifest.csv + meta.json per prepared dataset
@@ -126,7 +132,8 @@ def table_summary(table_plan: dict, rows: list[dict], hours: dict[str, dict], sh
         "kind": table_plan["spec"].get("kind", "runs"), "caption": table_plan["spec"].get("caption", ""),
         "cells": counted, "cited": cited, "reproduced": reproduced, "within": within,
         "pending": sum(reasons.values()), "reasons": dict(reasons.most_common()),
-        "data": "—" if replica is None else ("replica" if replica else "real"),
+        "data": STATIC_DATA if table_plan["spec"].get("kind") == STATIC else (
+            "—" if replica is None else ("replica" if replica else "real")),
         "runs": len(runs), "finished": sum(h["finished"] for h in used), "shared": len(set(runs) & shared),
         "gpu_h": sum(h["cuda_s"] for h in used) / 3600, "cpu_h": sum(h["cpu_s"] for h in used) / 3600,
         "unknown_h": sum(h["unknown_s"] for h in used) / 3600,
@@ -150,7 +157,8 @@ def build_index(plan: dict, results_dir: str | Path) -> dict:
     tables = []
     for key, table_plan in sorted(plan["tables"].items(), key=lambda item: _natural(item[0])):
         csv_path = results_dir / "tables" / f"{key}.csv"
-        rows = read_table_csv(csv_path) if csv_path.is_file() else []
+        static = table_plan["spec"].get("kind") == STATIC  # its CSV holds the paper's text, no numbers
+        rows = read_table_csv(csv_path) if csv_path.is_file() and not static else []
         entry = table_summary(table_plan, rows, hours, shared)
         entry["built"] = csv_path.is_file()
         if not rows:  # not rendered yet: every cell is pending
@@ -203,7 +211,8 @@ def to_markdown(index: dict) -> str:
         ("Cells: the table's cells less the rows the paper cites from other work; reproduced: cells with a "
         f"number of ours; within 1 pt: |ours − paper| ≤ {WITHIN:g} where both exist (percent points; counts "
         "for dataset statistics tables); data: where ours comes "
-        "from (replica: generated replicas, meaningless as results). Hours: training + evaluation wall time "
+        f"from (replica: generated replicas, meaningless as results; {STATIC_DATA}: a table of text "
+        "the paper prints, e.g. its hyper-parameters, shown as transcribed). Hours: training + evaluation wall time "
         "of the table's runs recorded on a CUDA device (GPU) or on CPU; a run shared by several tables "
         "(runs column, \"shared\") counts in each of them."), "",
         "| paper | table | files | data | cells | reproduced | within 1 pt | pending | runs | GPU h | CPU h |",
@@ -214,9 +223,9 @@ def to_markdown(index: dict) -> str:
         files = (f"[md](tables/{key}.md) · [csv](tables/{key}.csv) · [tex](tables/{key}.tex)"
                  + (f" · [plot](tables/{key}.png)" if key in index.get("sweeps", ()) else "")
                  if e["built"] else "not built yet")
-        runs = "—" if e["kind"] == "dataset_statistics" else (
+        runs = "—" if e["kind"] in NO_RUNS else (
             f"{e['finished']}/{e['runs']}" + (f" ({e['shared']} shared)" if e["shared"] else ""))
-        hours = ("—", "—") if e["kind"] == "dataset_statistics" else (_hours(e["gpu_h"]), _hours(e["cpu_h"]))
+        hours = ("—", "—") if e["kind"] in NO_RUNS else (_hours(e["gpu_h"]), _hours(e["cpu_h"]))
         lines.append(f"| {e['paper']} | {e['table']}: {e['caption']} | {files} | {e['data']} | {e['cells']} | "
                      f"{e['reproduced']} | {e['within']} | {e['pending']} | {runs} | {hours[0]} | {hours[1]} |")
     pending = [e for e in index["tables"] if e["reasons"]]
@@ -288,6 +297,8 @@ def table_html(table_plan: dict, rows: list[dict]) -> str:
     paper / ours / Δ per column, Δ green within one point and red beyond, pending cells with their
     reason, best / second best (bold / underlined) where the CSV marks them."""
     spec = table_plan["spec"]
+    if spec.get("kind") == STATIC:
+        return static_html(table_plan, rows)
     ncol = len(spec["columns"])
     name_key = "method" if spec.get("kind", "runs") != "dataset_statistics" else "name"
     replica = any(r.get("replica") == "True" for r in rows)
@@ -331,8 +342,36 @@ def table_html(table_plan: dict, rows: list[dict]) -> str:
     return "\n".join(parts) + "\n"
 
 
+def static_html(table_plan: dict, rows: list[dict]) -> str:
+    """A standalone HTML page of a static table (its CSV rows: method, column, paper): the paper's
+    cells as printed, nothing of ours."""
+    spec = table_plan["spec"]
+    esc = html.escape
+    ncol = len(spec["columns"])
+    head = "".join(f"<th>{esc(r['column'])}</th>" for r in rows[:ncol])
+    body = ["<tr><td class=name>" + esc(rows[i]["method"]) + "</td>"
+            + "".join(f"<td>{esc(r['paper'] or '')}</td>" for r in rows[i:i + ncol]) + "</tr>"
+            for i in range(0, len(rows), ncol)]
+    return "\n".join([
+        "<!DOCTYPE html><html><head><meta charset=utf-8>",
+        (f"<title>{esc(spec['paper'])} {esc(spec['table'])}</title><style>"
+         "body{font-family:sans-serif;font-size:14px}table{border-collapse:collapse}"
+         "td,th{border:1px solid #ccc;padding:2px 6px;text-align:center}td.name{text-align:left}</style></head><body>"),
+        f"<h3>{esc(spec['paper'])} {esc(spec['table'])}: {esc(spec.get('caption', ''))}</h3>",
+        f"<p>Source: {esc(str(spec.get('source', '')))}. A static table: text transcribed from the paper, "
+        "nothing to reproduce.</p>",
+        f"<table><tr><th>{esc(spec.get('row_header', 'Method'))}</th>{head}</tr>", *body, "</table>",
+        "</body></html>"]) + "\n"
+
+
 def write_table_html(table_plan_path: str | Path, table_csv: str | Path, out: str | Path) -> None:
-    atomic_write_text(out, table_html(json.loads(Path(table_plan_path).read_text()), read_table_csv(table_csv)))
+    table_plan = json.loads(Path(table_plan_path).read_text())
+    if table_plan["spec"].get("kind") == STATIC:  # the paper's text: no numbers to read
+        with open(table_csv, newline="") as f:
+            rows = list(csv.DictReader(f))
+    else:
+        rows = read_table_csv(table_csv)
+    atomic_write_text(out, table_html(table_plan, rows))
 
 
 # ----------------------------------------------------------------------- index as html

@@ -5,7 +5,8 @@
   with the run's final metrics (``metrics.json``) in the title: ``results/runs/<id>/curve.png``.
 - :func:`paper_scatter`: a paper's tables (their CSVs, :mod:`rankrepro.tables.render`), one point
   per reproduced cell, x = the paper's number, y = ours, one marker per table, the line y = x and
-  the ±1 point band: ``results/tables/<paper>/scatter.png``.
+  the ±1 point band: ``results/tables/<paper>/scatter.png`` (static tables, the paper's text with
+  no "ours", are left out).
 """
 
 from __future__ import annotations
@@ -177,6 +178,8 @@ def paper_scatter(paper: str, table_csvs: list[str | Path], out: str | Path) -> 
     percent, counts, replica = [], [], False
     for path in table_csvs:
         rows = _csv_rows(path)
+        if rows and "ours" not in rows[0]:  # a static table (the paper's text): nothing to compare
+            continue
         replica |= any(r.get("replica") == "True" for r in rows)
         (counts if rows and "statistic" in rows[0] else percent).append((Path(path).stem, scatter_points(path)))
     panels = [(groups, kind == "counts") for kind, groups in (("percent", percent), ("counts", counts)) if groups]

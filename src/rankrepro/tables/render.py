@@ -14,6 +14,11 @@ images and distinct finest labels of every split): ``images``, ``classes`` and
 ``images_per_class`` (rounded half up to one decimal, as papers print it). A row that
 pools several splits sums them: the rows, and the distinct (split, label) pairs, so a
 pooled value equals the sum of the splits' values (as papers sum VehicleID's test lists).
+
+Static tables (``kind: static``: text the paper prints, e.g. a complexity or hyper-parameter
+table): the paper's cells alone, nothing to reproduce (:func:`render_static`). Markdown keeps
+the cells as printed; in LaTeX, ``$...$`` stays math and the text around it is escaped
+(:func:`_tex_text`); ✓ prints as amssymb's check mark: the document needs the amssymb package.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import statistics
 from fractions import Fraction
 from pathlib import Path
@@ -32,6 +38,8 @@ REPLICA_NOTE = ("Numbers under 'ours' come from generated replicas of the datase
 STATISTICS_REPLICA_NOTE = ("Numbers under 'ours' are counted from generated replicas of the datasets (demo "
                            "profile), not from the real files; they are meaningless as results.")
 STATISTICS = "dataset_statistics"  # the spec kind (rankrepro.experiments.plan.STATISTICS)
+STATIC = "static"  # the spec kind (rankrepro.experiments.plan.STATIC)
+STATIC_NOTE = "A static table: text transcribed from the paper, nothing to reproduce (no runs, no \"ours\")."
 
 
 class TableError(ValueError):
@@ -238,6 +246,7 @@ TEX_CHARS = {
     "λ": r"$\lambda$", "μ": r"$\mu$", "ρ": r"$\rho$", "σ": r"$\sigma$", "τ": r"$\tau$", "Σ": r"$\Sigma$",
     "Δ": r"$\Delta$", "†": r"\textdagger{}", "‡": r"\textdaggerdbl{}", "×": r"$\times$", "±": r"$\pm$",
     "≤": r"$\leq$", "≥": r"$\geq$", "−": "-", "ℓ": r"$\ell$", "→": r"$\rightarrow$", "·": r"$\cdot$",
+    "✓": r"$\checkmark$", "✗": r"$\times$",  # \checkmark: amssymb
 }
 
 
@@ -427,6 +436,100 @@ def render_statistics(table_plan: dict, manifests_dir: str | Path, out_prefix: s
     return rows
 
 
+# -------------------------------------------------------------------------------- static
+
+
+#: ``$...$`` (math, kept as is in LaTeX) in a static cell's text
+_MATH = re.compile(r"(\$[^$]+\$)")
+#: a superscript or subscript printed outside math (``10^{-6}``): set as math in LaTeX (``10$^{-6}$``)
+_SCRIPT = re.compile(r"([\^_])\{([-−+]?[0-9A-Za-z.]+)\}")
+
+
+def _tex_math(math: str) -> str:
+    """A ``$...$`` segment with the Unicode symbols :data:`TEX_CHARS` sets as math written as commands."""
+    return "".join(TEX_CHARS[ch][1:-1] + " " if TEX_CHARS.get(ch, "").startswith("$") and len(TEX_CHARS[ch]) > 2
+                   else "-" if ch == "−" else ch for ch in math)  # "$αb$": "\\alpha b", not "\\alphab"
+
+
+def _tex_text(text: str) -> str:
+    """Text as printed in a paper (``$...$`` math among plain text, ``10^{-6}`` superscripts) as LaTeX:
+    math kept (its Unicode symbols as commands), the rest escaped (:func:`_tex_escape`), a ``^{..}``
+    or ``_{..}`` outside math set as math."""
+    out = []
+    for i, part in enumerate(_MATH.split(text)):
+        if i % 2:
+            out.append(_tex_math(part))
+            continue
+        last = 0
+        for m in _SCRIPT.finditer(part):
+            out.append(_tex_escape(part[last:m.start()]) + f"${m.group(1)}{{{m.group(2).replace('−', '-')}}}$")
+            last = m.end()
+        out.append(_tex_escape(part[last:]))
+    return "".join(out)
+
+
+def _md_cell(text: str) -> str:
+    """A cell of a Markdown pipe table: as printed, its pipes escaped."""
+    return text.replace("|", "\\|")
+
+
+def static_rows(spec: dict) -> list[dict]:
+    """One dict per (row, column) of a static table: method, column, paper (the cell as printed)."""
+    return [{"method": row["method"], "column": _column_title(column), "paper": row["cells"][c]}
+            for row in spec["rows"] for c, column in enumerate(spec["columns"])]
+
+
+def static_markdown(spec: dict) -> str:
+    """The paper's cells as a Markdown table, as printed, under the note that the table is static."""
+    header = [spec.get("row_header", "Method")] + [_column_title(c) for c in spec["columns"]]
+    lines = [f"# {spec['paper']} {spec['table']}: {spec['caption']}", "",
+             f"Source: {spec['source']}. {STATIC_NOTE}", "",
+             "| " + " | ".join(map(_md_cell, header)) + " |", "|" + "---|" * len(header)]
+    for row in spec["rows"]:
+        lines.append("| " + " | ".join(_md_cell(t) for t in [row["method"], *row["cells"]]) + " |")
+    notes = [f"{row['method']}: {row['note']}" for row in spec["rows"] if row.get("note")]
+    if notes:
+        lines += ["", "Notes:"] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def static_csv(rows: list[dict]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=["method", "column", "paper"])
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def static_latex(spec: dict) -> str:
+    """The paper's cells as a booktabs tabular (math kept, text escaped: :func:`_tex_text`)."""
+    columns = spec["columns"]
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{_tex_text(spec['caption'])}}}",
+             r"\begin{tabular}{l" + "c" * len(columns) + "}", r"\toprule"]
+    if any(c.get("group") for c in columns):
+        groups: list[tuple[str, int]] = []
+        for column in columns:
+            if groups and groups[-1][0] == column.get("group", ""):
+                groups[-1] = (groups[-1][0], groups[-1][1] + 1)
+            else:
+                groups.append((column.get("group", ""), 1))
+        lines.append(" & " + " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{_tex_text(g)}}}" for g, n in groups) + r" \\")
+    lines += [" & ".join(_tex_text(t) for t in [spec.get("row_header", "Method"), *(c["header"] for c in columns)])
+              + r" \\", r"\midrule"]
+    for row in spec["rows"]:
+        lines.append(" & ".join(_tex_text(t) for t in [row["method"], *row["cells"]]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def render_static(table_plan: dict, out_prefix: str | Path) -> list[dict]:
+    """Write a static table (the paper's cells, see the module docstring); return its entries."""
+    spec = table_plan["spec"]
+    rows = static_rows(spec)
+    write_outputs(out_prefix, static_markdown(spec), static_csv(rows), static_latex(spec))
+    return rows
+
+
 def write_outputs(out_prefix: str | Path, md: str, csv: str, tex: str) -> None:
     """``<out_prefix>.md``, ``.csv`` and ``.tex``, each written atomically."""
     out_prefix = Path(out_prefix)
@@ -443,7 +546,8 @@ def render(table_plan: dict, runs_dir: str | Path, out_prefix: str | Path,
     the spec and its cells, see :func:`rankrepro.experiments.plan.make_plan`); return the table's entries.
 
     A dataset statistics table reads ``<manifests_dir>/<dataset>/meta.json`` (default: ``manifests``
-    beside ``runs_dir``, i.e. ``results/manifests`` for ``results/runs``)."""
+    beside ``runs_dir``, i.e. ``results/manifests`` for ``results/runs``); a static table writes its
+    spec's cells (:func:`render_static`) and reads nothing."""
     if table_plan["spec"].get("kind", "runs") == "sweep":  # a figure's points: rankrepro.tables.sweep
         from rankrepro.tables.sweep import render_sweep
 
@@ -451,6 +555,8 @@ def render(table_plan: dict, runs_dir: str | Path, out_prefix: str | Path,
     if table_plan["spec"].get("kind", "runs") == STATISTICS:
         manifests_dir = Path(runs_dir).parent / "manifests" if manifests_dir is None else manifests_dir
         return render_statistics(table_plan, manifests_dir, out_prefix)
+    if table_plan["spec"].get("kind", "runs") == STATIC:
+        return render_static(table_plan, out_prefix)
     spec, cells = table_plan["spec"], table_plan["cells"]
     values, replica = cell_values(cells, runs_dir, spec)
     rows = table_rows(spec, cells, values)
