@@ -1,11 +1,16 @@
-"""Batch samplers: the official m-per-class construction and PML's hierarchical batches."""
+"""Batch samplers: the official m-per-class construction, PML's hierarchical batches and the top-k
+precision paper's up-to-m-per-class batches."""
 
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from rankrepro.data.samplers import HierarchicalBatchSampler, MPerClassBatchSampler
+from rankrepro.data.samplers import (
+    HierarchicalBatchSampler,
+    MPerClassBatchSampler,
+    UpToMPerClassBatchSampler,
+)
 
 
 def _labels(sizes):
@@ -94,11 +99,11 @@ def test_build_sampler_through_the_registry():
                           "batches_per_super_tuple": 1}, np.stack([labels, labels // 5], 1), 0)
     assert isinstance(hier, HierarchicalBatchSampler) and len(hier) > 0
     assert block == {"name": "m_per_class", "batch_size": 16, "samples_per_class": 4}  # not consumed
-    assert SAMPLERS.names() == ["hierarchical", "m_per_class"]
+    assert SAMPLERS.names() == ["hierarchical", "m_per_class", "up_to_m_per_class"]
 
 
 @pytest.mark.parametrize("block, message", [
-    ({"name": "m_per_clas", "batch_size": 16, "samples_per_class": 4}, "registered: hierarchical, m_per_class"),
+    ({"name": "m_per_clas", "batch_size": 16, "samples_per_class": 4}, "registered: hierarchical, m_per_class, up_to_m_per_class"),
     ({"name": "m_per_class", "batch_size": 16}, "needs 'samples_per_class'"),
     ({"name": "m_per_class", "batch_size": 16.0, "samples_per_class": 4}, "batch_size must be integer"),
     ({"name": "m_per_class", "batch_size": 16, "samples_per_class": 4, "m": 4}, "no parameter 'm'"),
@@ -123,3 +128,88 @@ def test_sampler_catalog_is_json_with_simple_types():
         for parameter, spec in entry["parameters"].items():
             assert spec.get("types") in (["integer"], ["number"], ["boolean"]), (name, parameter)
     assert catalog["hierarchical"]["parameters"]["batches_per_super_tuple"] == {"default": 5, "types": ["integer"]}
+
+
+# ------------------------------------------------------- up to m per class (top-k precision, paper 4.4)
+
+#: classes of 1 to 15 images: small ones (< 11, "we sample them all") and large ones (11 drawn)
+SIZES = [1, 2, 3, 5, 8, 10, 11, 12, 15, 4, 7, 13, 2, 9, 14, 6]
+
+
+def _up_to(sizes=SIZES, batch_size=16, cap=5, seed=0, epoch=0):
+    labels = _labels(sizes)
+    sampler = UpToMPerClassBatchSampler(labels, batch_size=batch_size, samples_per_class=cap, seed=seed)
+    sampler.set_epoch(epoch)
+    return labels, sampler, list(sampler)
+
+
+@pytest.mark.parametrize("batch_size, cap", [(16, 5), (64, 11), (7, 3), (10, 1)])
+def test_up_to_m_batches_are_exact_distinct_and_capped(batch_size, cap):
+    labels, sampler, batches = _up_to(batch_size=batch_size, cap=cap)
+    assert len(batches) == len(sampler) == len(labels) // batch_size  # the code's epoch length
+    for batch in batches:
+        assert len(batch) == batch_size and len(set(batch)) == batch_size  # exact size, no image twice
+        counts = Counter(labels[batch])
+        assert max(counts.values()) <= cap
+        # classes enter in a random order; every class but the last one drawn adds min(cap, |class|)
+        order = list(dict.fromkeys(labels[batch]))
+        for c in order[:-1]:
+            assert counts[c] == min(cap, SIZES[c])
+        assert 1 <= counts[order[-1]] <= min(cap, SIZES[order[-1]])
+
+
+def test_up_to_m_takes_small_classes_whole_when_they_fit():
+    labels, _, batches = _up_to(batch_size=64, cap=11)  # the paper's batch: 64 images, 11 per class at most
+    whole = 0
+    for batch in batches:
+        counts = Counter(labels[batch])
+        order = list(dict.fromkeys(labels[batch]))
+        for c in order[:-1]:  # the last class drawn may be cut to fill the batch
+            if SIZES[c] < 11:
+                assert set(batch) >= set(np.flatnonzero(labels == c))  # "we sample them all"
+                whole += 1
+            else:
+                assert counts[c] == 11  # "For large classes, we randomly sample 11 images"
+    assert whole > 0
+
+
+def test_up_to_m_draws_random_images_of_large_classes():
+    """A class larger than the cap shows different images across batches."""
+    labels, _, batches = _up_to(sizes=[30, 30, 30, 30], batch_size=20, cap=5)
+    seen = Counter(i for b in batches for i in b if labels[i] == 0)
+    assert len(seen) > 5
+
+
+def test_up_to_m_is_deterministic_per_seed_and_epoch():
+    assert _up_to(seed=4, epoch=2)[2] == _up_to(seed=4, epoch=2)[2]
+    assert _up_to(seed=4, epoch=2)[2] != _up_to(seed=4, epoch=3)[2]
+    assert _up_to(seed=4, epoch=2)[2] != _up_to(seed=5, epoch=2)[2]
+
+
+def test_up_to_m_reaches_every_class():
+    """Classes are drawn uniformly: over a few epochs every class, the 1-image one included, appears."""
+    labels = _labels(SIZES)
+    sampler = UpToMPerClassBatchSampler(labels, batch_size=16, samples_per_class=5, seed=0)
+    seen = set()
+    for epoch in range(5):
+        sampler.set_epoch(epoch)
+        seen |= {int(labels[i]) for b in sampler for i in b}
+    assert seen == set(range(len(SIZES)))
+
+
+def test_up_to_m_takes_two_dimensional_labels_and_the_demo_batch():
+    """The finest column of [N, L] labels; the demo's {batch_size: 8, samples_per_class: 2} on 4 classes of 2."""
+    fine = _labels([2, 2, 2, 2])
+    labels = np.stack([fine, fine // 2], 1)
+    from rankrepro.data.samplers import build_sampler
+
+    sampler = build_sampler({"name": "up_to_m_per_class", "batch_size": 8, "samples_per_class": 2}, labels, seed=0)
+    assert isinstance(sampler, UpToMPerClassBatchSampler)
+    assert [sorted(b) for b in sampler] == [list(range(8))]
+
+
+def test_up_to_m_rejects_impossible_configs():
+    with pytest.raises(ValueError, match="2 classes with at most 4 images each give 6 images: cannot fill one batch of 8"):
+        UpToMPerClassBatchSampler(_labels([4, 2]), 8, 4)
+    with pytest.raises(ValueError, match="must be >= 1"):
+        UpToMPerClassBatchSampler(_labels([4, 4]), 8, 0)

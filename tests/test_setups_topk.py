@@ -1,15 +1,11 @@
 """Top-k precision ("Sampling Wisely", ICCV 2019) training setups
 (src/rankrepro/experiments/setups/topk.yaml) and Table 1 specs (src/rankrepro/tables/specs/topk/):
-topk_base resolves once a dataset, backbone, sampler, epochs and metrics are given; the Table 1
-setups are planned (DenseNet201 / BN-Inception and the paper's sampler are not registered), so
-every cell is pending; their commented recipe holds the paper's values (or, where the paper is
-silent, the official code's, as the comments in the yaml say) and resolves, with every row's
-loss, against a catalog where those three components exist. Quotes:
+topk_base resolves once a dataset, backbone, sampler, epochs and metrics are given; the six
+Table 1 setups (DenseNet201 and BN-Inception on CUB, Cars, SOP) resolve with every row's loss and
+hold the paper's values (or, where the paper is silent, the official code's, as the comments in
+the yaml say); each Table 1 block plans ten runs, no cell pending. Quotes:
 ../shared/papers/topk_precision_iccv2019.txt; code: ../shared/spec/reference/losses.md section 4."""
 
-import copy
-import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -32,43 +28,16 @@ LK = {"name": "topk_precision", "k": 5, "margin": 0.1}  # 4.4: "We set gamma = 0
 
 DATASETS = ("cub", "cars", "sop")
 TABLES = [f"table1_{d}" for d in DATASETS]
-#: planned setup -> dataset (the commented block of topk.yaml)
-PLANNED = {f"topk_{net}_{d}": d for net in ("densenet201", "bninception") for d in DATASETS}
-#: what the planned setups need that is not registered: kind -> names
-MISSING = {"backbone": {"densenet201", "bninception"}, "sampler": {"up_to_m_per_class"}}
+#: Table 1 setup -> dataset
+SETUPS = {f"topk_{net}_{d}": d for net in ("densenet201", "bninception") for d in DATASETS}
+#: the components the Table 1 setups brought: kind -> names
+COMPONENTS = {"backbone": {"densenet201", "bninception"}, "sampler": {"up_to_m_per_class"}}
 METHODS = ["Uniform Triplet", "Hard Mining Triplet", "Semi Hard Triplet", "Distance Weighted", "Contrastive Loss",
            "Lifted Struct Loss", "N-Pair Loss", "Angular Loss", "Proxy NCA Loss", "Ours ℓ_k"]
-#: a completion of topk_base with registered components (what a dataset setup adds)
+#: a completion of topk_base with other registered components (what a dataset setup adds)
 COMPLETION = {"dataset": "cub", "model": {"backbone": "resnet50", "embed_dim": 64},
               "sampler": {"name": "m_per_class", "batch_size": 66, "samples_per_class": 11},
               "epochs": 100, "eval": {"metrics": ["P@1"]}}
-
-
-def planned_block() -> dict:
-    text = (SETUPS_DIR / "topk.yaml").read_text()
-    block = text.split("# TABLE 1 SETUPS (planned)\n", 1)[1]
-    return yaml.safe_load("\n".join(re.sub(r"^# ?", "", line) for line in block.splitlines()))
-
-
-def future_catalog() -> dict:
-    """The catalog with the missing components registered as stand-ins (their interfaces as
-    the yaml's comment states them)."""
-    cat = copy.deepcopy(catalog.load())
-    for name in MISSING["backbone"]:
-        cat["backbone"][name] = copy.deepcopy(cat["backbone"]["resnet50"])
-    for name in MISSING["sampler"]:
-        cat["sampler"][name] = copy.deepcopy(cat["sampler"]["m_per_class"])  # {batch_size, samples_per_class}
-    return cat
-
-
-@pytest.fixture(scope="module")
-def future(tmp_path_factory):
-    """A Planner whose setups include the uncommented planned block, on :func:`future_catalog`."""
-    d = tmp_path_factory.mktemp("setups")
-    for f in SETUPS_DIR.glob("*.yaml"):
-        shutil.copy(f, d / f.name)
-    (d / "topk_planned.yaml").write_text(yaml.safe_dump(planned_block(), allow_unicode=True))
-    return Planner(catalog=future_catalog(), setups=load_setups(d))
 
 
 @pytest.fixture(scope="module")
@@ -76,18 +45,26 @@ def plan():
     return make_plan({"topk": TABLES})
 
 
+@pytest.fixture(scope="module")
+def setups():
+    return yaml.safe_load((SETUPS_DIR / "topk.yaml").read_text())
+
+
 # ------------------------------------------------------------------------------ setups
 
 
-def test_the_file_holds_only_the_base():
-    data = yaml.safe_load((SETUPS_DIR / "topk.yaml").read_text())
-    assert set(data) == {"topk_base"}
+def test_the_file_holds_the_base_and_the_table1_setups(setups):
+    assert set(setups) == {"topk_base", *SETUPS}
+    assert "(planned)" not in (SETUPS_DIR / "topk.yaml").read_text()
 
 
-def test_the_missing_components_are_still_missing():
-    """When one lands, the planned block becomes setups (and this file's tests change)."""
+def test_the_components_are_registered_and_the_setups_not_planned():
     cat = catalog.load()
-    assert not any(name in cat[kind] for kind, names in MISSING.items() for name in names)
+    assert all(name in cat[kind] for kind, names in COMPONENTS.items() for name in names)
+    assert cat["sampler"]["up_to_m_per_class"]["parameters"] == {
+        "batch_size": {"required": True, "types": ["integer"]},
+        "samples_per_class": {"required": True, "types": ["integer"]}}
+    assert not set(SETUPS) & load_planned()["setups"] and set(SETUPS) <= set(load_setups())
 
 
 def test_the_base_resolves_once_completed():
@@ -112,14 +89,8 @@ def test_the_base_resolves_once_completed():
                            "official_hard_topk": False}
 
 
-def test_the_table_setups_are_planned_not_defined():
-    assert set(PLANNED) <= load_planned()["setups"] and not set(PLANNED) & set(load_setups())
-    assert set(planned_block()) == set(PLANNED)
-
-
-def test_the_commented_setups_hold_the_papers_values():
-    block = planned_block()
-    cub, cars, sop = (block[f"topk_densenet201_{d}"] for d in DATASETS)
+def test_the_setups_hold_the_papers_values(setups):
+    cub, cars, sop = (setups[f"topk_densenet201_{d}"] for d in DATASETS)
     assert cub["extends"] == "topk_base" and cars["extends"] == sop["extends"] == "topk_densenet201_cub"
     # Table 1 caption: "The network backbone is densenet201"; 4.4: "The embedding dimension is 64
     # in [32] and [15] and 512 in [29]"
@@ -130,23 +101,26 @@ def test_the_commented_setups_hold_the_papers_values():
     # code SCHEDULER_STEP per dataset
     assert [b["schedule"]["milestones"] for b in (cub, cars, sop)] == [[8, 20, 70], [10, 30, 70], [15, 100, 200]]
     assert [b["dataset"] for b in (cub, cars, sop)] == list(DATASETS)
-    for net in ("densenet201", "bninception"):
-        for d in DATASETS:
-            body = block[f"topk_{net}_{d}"]
-            if net == "bninception":  # 4.4: "the Inception with BN layer"; same recipe otherwise
-                assert body["extends"] == f"topk_densenet201_{d}" and body["model"] == {"backbone": "bninception"}
+    for d in DATASETS:  # 4.4: "the Inception with BN layer"; same recipe otherwise
+        body = setups[f"topk_bninception_{d}"]
+        assert body["extends"] == f"topk_densenet201_{d}" and body["model"] == {"backbone": "bninception"}
 
 
-@pytest.mark.parametrize("setup", sorted(PLANNED))
-def test_the_planned_setups_resolve_with_every_row_once_registered(future, setup):
-    dataset = PLANNED[setup]
+@pytest.mark.parametrize("setup", sorted(SETUPS))
+def test_the_setups_resolve_with_every_row(setup):
+    dataset = SETUPS[setup]
     spec = load_spec("topk", f"table1_{dataset}")
+    planner = Planner()
     for row in spec["rows"]:
-        run = future.resolve(setup, [("loss", {"loss": row["loss"]})])
+        run = planner.resolve(setup, [("loss", {"loss": row["loss"]})])
         assert run["dataset"] == dataset and run["loss"]["name"] == row["loss"]["name"]
-        assert run["model"]["backbone"] == setup.split("_")[1]
-        assert run["model"]["embed_dim"] == (512 if dataset == "sop" else 64)
-        assert run["sampler"]["batch_size"] == 64 and run["sampler"]["samples_per_class"] == 11
+        model = run["model"]
+        assert model["backbone"] == setup.split("_")[1] and model["pretrained"] == "imagenet"
+        assert model["embed_dim"] == (512 if dataset == "sop" else 64)  # 4.4: 64 (CUB, Cars), 512 (SOP)
+        assert model["pooling"]["name"] == "avg" and model["projection"] and not model["freeze_bn"]
+        # 4.4: 64 images per batch, 11 per class at most
+        assert run["sampler"] == {"name": "up_to_m_per_class", "batch_size": 64, "samples_per_class": 11}
+        assert run["images"]["train_crop"] == run["images"]["test_crop"] == 227  # 4.4: 227x227 crops
         assert run["epochs"] > run["schedule"]["milestones"][-1]
         assert {c["metric"] for c in spec["columns"]} <= set(run["eval"]["metrics"])
 
@@ -179,27 +153,28 @@ def test_the_three_blocks_train_the_same_losses():
 
 
 @pytest.mark.parametrize("table", TABLES)
-def test_every_cell_is_pending_on_its_planned_setup(plan, table):
+def test_every_cell_is_a_run_of_its_setup(plan, table):
     entry = plan["tables"][f"topk/{table}"]
-    assert not entry["runs"] and len(entry["cells"]) == 100
-    setup = f"topk_densenet201_{table.split('_')[1]}"
-    assert {c["pending"] for c in entry["cells"]} == {f"setup {setup} not implemented yet"}
-    assert all(not c["run_ids"] for c in entry["cells"])
+    assert len(entry["cells"]) == 100 and len(entry["runs"]) == 10
+    assert all(c["pending"] is None and len(c["run_ids"]) == 1 for c in entry["cells"])
+    dataset = table.split("_")[1]
+    runs = [plan["runs"][rid] for rid in entry["runs"]]
+    assert {r["dataset"] for r in runs} == {dataset} and {r["model"]["backbone"] for r in runs} == {"densenet201"}
 
 
-def test_once_registered_each_block_is_ten_runs(future):
-    """With the components registered, each block plans one run per row (30 in all, none shared)."""
-    plan = make_plan({"topk": TABLES}, catalog=future.catalog, setups=future.setups)
+def test_the_three_blocks_are_thirty_runs(plan):
+    """One run per row and block (30 in all, none shared)."""
     assert len(plan["runs"]) == 30 and {r["dataset"] for r in plan["runs"].values()} == set(DATASETS)
-    for table in TABLES:
-        entry = plan["tables"][f"topk/{table}"]
-        assert len(entry["runs"]) == 10
-        assert all(c["pending"] is None and len(c["run_ids"]) == 1 for c in entry["cells"])
 
 
-def test_demo_overrides_resolve_the_planned_setups(future):
-    """profiles/demo/demo.yaml's run_overrides (a registered backbone) apply to the recipe."""
-    demo = Planner(DEMO, catalog=future.catalog, setups=future.setups)
-    for setup in PLANNED:
+def test_demo_overrides_resolve_the_setups():
+    """profiles/demo/demo.yaml's run_overrides (a registered backbone, a small batch) apply to every setup
+    and every Table 1 row: the sampler keeps its name and takes the demo's batch."""
+    demo = Planner(DEMO)
+    for setup in SETUPS:
         run = demo.resolve(setup, [("loss", {"loss": LK})])
         assert run["model"]["backbone"] == DEMO["model"]["backbone"] and run["epochs"] == DEMO["epochs"]
+        assert run["sampler"] == {"name": "up_to_m_per_class", **DEMO["sampler"]}
+    plan = make_plan({"topk": TABLES}, DEMO)
+    assert len(plan["runs"]) == 30
+    assert all(c["pending"] is None for t in plan["tables"].values() for c in t["cells"])

@@ -81,6 +81,63 @@ class MPerClassBatchSampler(EpochBatchSampler):
         return [batches[i] for i in rng.permutation(len(batches))]
 
 
+@SAMPLERS.register("up_to_m_per_class")
+class UpToMPerClassBatchSampler(EpochBatchSampler):
+    """Batches of distinct random classes with up to ``samples_per_class`` images each (top-k precision).
+
+    Paper (Lu et al., ICCV 2019, §4.4): "A training batch contains 64 images from randomly sampled
+    classes. For large classes, we randomly sample 11 images for the batch ... For small classes
+    with less than 11 images, we sample them all." (the official code's ``OurSampler``, METHOD 8).
+    With m = ``samples_per_class`` and B = ``batch_size``, each batch is built independently:
+
+    - classes are drawn uniformly at random without replacement (distinct classes in a batch);
+    - each drawn class c adds min(m, |c|, B - filled) of its images, drawn at random without
+      replacement, until the batch holds exactly B images.
+
+    So a class of at most m images enters whole whenever it fits, and the last class of a batch
+    is truncated to fill exactly B (the paper's batch size; the code's "until the batch is full":
+    64 = 5 x 11 + 9). That last class can contribute a single image, a query without a positive,
+    which the label-based losses handle (it is only a negative for the others). An epoch is
+    floor(N / B) batches, N = training images, as the code's; as the batches are independent an
+    epoch need not show every image. Deterministic given ``(seed, epoch)``.
+    """
+
+    def __init__(self, labels, batch_size: int, samples_per_class: int, seed: int = 0):
+        labels = np.asarray(labels)
+        labels = labels[:, 0] if labels.ndim == 2 else labels
+        if batch_size < 1 or samples_per_class < 1:
+            raise ValueError(f"batch_size ({batch_size}) and samples_per_class ({samples_per_class}) must be >= 1")
+        self.batch_size = batch_size
+        self.m = samples_per_class
+        self.by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+        self.seed = seed
+        self.epoch = 0
+        room = sum(min(len(ix), self.m) for ix in self.by_class)
+        if room < batch_size:
+            raise ValueError(f"{len(self.by_class)} classes with at most {self.m} images each give {room} images: "
+                             f"cannot fill one batch of {batch_size}")
+        self.num_batches = len(labels) // batch_size
+
+    def _batch(self, rng: np.random.Generator) -> list[int]:
+        batch: list[int] = []
+        # at most B classes are needed (each adds >= 1 image); fewer when they fill up earlier
+        for c in rng.choice(len(self.by_class), size=min(self.batch_size, len(self.by_class)), replace=False):
+            pool = self.by_class[c]
+            take = min(self.m, len(pool), self.batch_size - len(batch))
+            batch += [int(i) for i in rng.choice(pool, size=take, replace=False)]
+            if len(batch) == self.batch_size:
+                return batch
+        # fewer than B classes exist and the draw above used them all: __init__ checked they can fill B
+        raise AssertionError("unreachable: the classes cannot fill a batch")
+
+    def _batches(self) -> list[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        return [self._batch(rng) for _ in range(self.num_batches)]
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+
 @SAMPLERS.register("hierarchical")
 class HierarchicalBatchSampler(EpochBatchSampler):
     """pytorch-metric-learning's HierarchicalSampler (the FastAP super-class batches).

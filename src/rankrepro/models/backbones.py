@@ -1,23 +1,37 @@
 """Backbones: convolutional ones return a [B, C, H, W] feature map, vision transformers their tokens.
 
 ``pretrained`` is ``imagenet`` (the weights the official code uses, through torchvision's or
-timm's own download path and cache), ``none`` (random initialisation) or a path to a state
-dict (``.pt``/``.pth``, or ``.safetensors``) saved from the same architecture.
+timm's own download path and cache; BN-Inception's from a local file, see below), ``none``
+(random initialisation) or a path to a state dict (``.pt``/``.pth``, or ``.safetensors``) saved
+from the same architecture.
 
 A builder of :data:`BACKBONES` returns either a torchvision ResNet (``fc`` still attached;
-:func:`build_backbone` keeps its convolutional trunk, output ``"map"``) or a :class:`TimmViT`
-(output ``"tokens"``: [B, 1 + N, D], the CLS token first, after the final LayerNorm).
+:func:`build_backbone` keeps its convolutional trunk, output ``"map"``) or a *feature extractor*:
+a module with ``output`` (``"map"`` or ``"tokens"``), ``num_features`` (its channels / token
+width) and ``load_weights(state_dict)``, returned as it is -- :class:`TimmViT` (output
+``"tokens"``: [B, 1 + N, D], the CLS token first, after the final LayerNorm),
+:class:`TorchvisionDenseNet` (``densenet201``) and
+:class:`~rankrepro.models.bninception.BNInception` (``bninception``).
 A pooling declares the input it takes (``input = "map"`` or ``"tokens"``) and
 :class:`~rankrepro.models.heads.RetrievalNet` refuses a pooling that does not suit its backbone.
 
 Input normalisation: :mod:`rankrepro.data.transforms` normalises every image with the
-ImageNet mean/std, as the official SupRank code does for every backbone (its dataset
-configs, ViTs included). timm's own data config agrees for DeiT-S but not for ViT-B/16
-``augreg_in21k`` (mean = std = 0.5); :data:`TIMM_BACKBONES` records both.
+ImageNet mean/std (RGB, pixels in [0, 1]), as the official SupRank code does for every backbone
+(its dataset configs, ViTs included). timm's own data config agrees for DeiT-S but not for ViT-B/16
+``augreg_in21k`` (mean = std = 0.5); :data:`TIMM_BACKBONES` records both. A backbone whose
+weights expect another convention declares it in an ``input_convention`` attribute, an
+:class:`InputConvention` that its forward applies first: BN-Inception (BGR, 0-255, mean
+[104, 117, 128], std 1). DenseNet201 takes torchvision's convention, the pipeline's.
+
+BN-Inception's ImageNet weights are not on torchvision's or timm's download path (Cadene's
+pretrainedmodels, unmaintained): ``pretrained: imagenet`` reads them from torch hub's checkpoint
+cache, :func:`hub_checkpoint` (``$TORCH_HOME/hub/checkpoints/bn_inception-52deb4733.pth``, where
+pretrainedmodels itself caches them), and fails naming that file and its URL when it is absent.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -25,10 +39,63 @@ import torchvision
 from torch import nn
 from torchvision.models.resnet import BasicBlock, ResNet
 
+from rankrepro.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from rankrepro.registry import Registry
 
-#: name -> builder(pretrained) returning a torchvision ResNet (``fc`` still attached) or a :class:`TimmViT`
+#: name -> builder(pretrained) returning a torchvision ResNet (``fc`` still attached) or a feature extractor
+#: (``output``, ``num_features``, ``load_weights``: :class:`TimmViT`, :class:`TorchvisionDenseNet`, BNInception)
 BACKBONES = Registry("backbone", context=("pretrained",))
+
+#: channel orders an :class:`InputConvention` knows, as permutations of the pipeline's RGB channels
+CHANNEL_ORDERS = {"RGB": (0, 1, 2), "BGR": (2, 1, 0)}
+
+
+class InputConvention(nn.Module):
+    """Converts the pipeline's image tensors to the input convention of a backbone's weights.
+
+    The transforms (:mod:`rankrepro.data.transforms`) give, per RGB channel j,
+    x_j = (v_j - m_j) / s_j with v_j in [0, 1] the pixel value and m, s the ImageNet mean and std.
+    Weights trained on channel order ``space`` (``RGB`` or ``BGR``; pi(c) = the RGB channel in
+    position c), pixel values in [0, ``scale``], and per-channel ``mean`` and ``std`` (given in
+    that channel order) expect
+
+        y_c = (scale * v_pi(c) - mean_c) / std_c,   v_pi(c) = x_pi(c) * s_pi(c) + m_pi(c),
+
+    an affine map per channel, y_c = a_c * x_pi(c) + b_c with a_c = scale * s_pi(c) / std_c and
+    b_c = (scale * m_pi(c) - mean_c) / std_c. ``a`` and ``b`` are non-persistent buffers: the
+    backbone's state dict keeps the weights file's keys. ``convention`` holds the declaration.
+    """
+
+    def __init__(self, space: str, scale: float, mean, std):
+        super().__init__()
+        if space not in CHANNEL_ORDERS:
+            raise ValueError(f"input convention: space must be one of {', '.join(CHANNEL_ORDERS)}, got {space!r}")
+        if len(mean) != 3 or len(std) != 3:
+            raise ValueError(f"input convention: mean and std need 3 values (one per channel), got {mean}, {std}")
+        self.convention = {"space": space, "scale": float(scale), "mean": tuple(map(float, mean)),
+                           "std": tuple(map(float, std))}
+        self.order = list(CHANNEL_ORDERS[space])
+        m = torch.tensor(IMAGENET_MEAN, dtype=torch.float64)[self.order]
+        s = torch.tensor(IMAGENET_STD, dtype=torch.float64)[self.order]
+        mean_t, std_t = torch.tensor(mean, dtype=torch.float64), torch.tensor(std, dtype=torch.float64)
+        self.register_buffer("a", (scale * s / std_t).float().view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("b", ((scale * m - mean_t) / std_t).float().view(1, 3, 1, 1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.order != [0, 1, 2]:
+            x = x[:, self.order]
+        return torch.addcmul(self.b.to(x.dtype), x, self.a.to(x.dtype))
+
+    def extra_repr(self) -> str:
+        c = self.convention
+        return f"space={c['space']}, scale={c['scale']:g}, mean={c['mean']}, std={c['std']}"
+
+
+def hub_checkpoint(filename: str) -> Path:
+    """Where torch hub (and torchvision's and pretrainedmodels' downloads) caches ``filename``:
+    ``torch.hub.get_dir()/checkpoints/filename`` (``$TORCH_HOME/hub/checkpoints``, by default
+    ``~/.cache/torch/hub/checkpoints``)."""
+    return Path(torch.hub.get_dir()) / "checkpoints" / filename
 
 
 def _torchvision_resnet(arch: str, weights_enum: str):
@@ -43,6 +110,78 @@ def _torchvision_resnet(arch: str, weights_enum: str):
 for _arch, _weights in (("resnet18", "ResNet18_Weights"), ("resnet34", "ResNet34_Weights"),
                         ("resnet50", "ResNet50_Weights"), ("resnet101", "ResNet101_Weights")):
     BACKBONES.register(_arch, _torchvision_resnet(_arch, _weights))
+
+
+class TorchvisionDenseNet(nn.Module):
+    """A torchvision DenseNet's ``features`` (conv0 ... denseblock4, norm5), returned *without* the
+    ReLU that torchvision's own forward applies after norm5, as the top-k precision code embeds
+    ``model.features`` (../shared/spec/reference/losses.md §4.3). Output: [B, C, H/32, W/32]
+    (C = 1920 for DenseNet201, 7x7 at 224 or 227 pixels). Input: torchvision's convention, the
+    pipeline's (RGB, ImageNet mean/std)."""
+
+    output = "map"
+
+    def __init__(self, arch: str, weights=None):
+        super().__init__()
+        net = getattr(torchvision.models, arch)(weights=weights)
+        self.features = net.features
+        self.num_features = net.classifier.in_features
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.features(images)
+
+    #: torchvision's rename of the DenseNet release files' keys ("norm.1" -> "norm1", ...; densenet.py)
+    OLD_KEY = re.compile(r"^(.*denselayer\d+\.(?:norm|relu|conv))\."
+                         r"((?:[12])\.(?:weight|bias|running_mean|running_var))$")
+
+    def load_weights(self, state: dict) -> None:
+        """Load a state dict of the same torchvision DenseNet (strictly; ``classifier.*`` dropped;
+        the release files' old key names renamed as torchvision does)."""
+        state = {self.OLD_KEY.sub(r"\1\2", k): v for k, v in state.items() if not k.startswith("classifier.")}
+        self.load_state_dict(state, strict=True)
+
+
+def _torchvision_densenet(arch: str, weights_enum: str):
+    def build(pretrained: str) -> TorchvisionDenseNet:
+        if pretrained != "imagenet":
+            return TorchvisionDenseNet(arch)
+        weights = getattr(torchvision.models, weights_enum).IMAGENET1K_V1
+        try:
+            return TorchvisionDenseNet(arch, weights)
+        except OSError as err:  # URLError offline, or a truncated download
+            raise RuntimeError(
+                f"backbone {arch}: could not get torchvision's ImageNet weights {weights.url} (cached as "
+                f"{hub_checkpoint(weights.url.rsplit('/', 1)[1])}): {type(err).__name__}: {err}. Without network, "
+                "put the file there beforehand, or pass pretrained: <path to a state dict>") from err
+
+    build.__name__ = build.__qualname__ = arch
+    build.__doc__ = (f"torchvision {arch} ``features`` without the final ReLU ({weights_enum}.IMAGENET1K_V1 "
+                     "with pretrained: imagenet).")
+    return build
+
+
+BACKBONES.register("densenet201", _torchvision_densenet("densenet201", "DenseNet201_Weights"))
+
+
+@BACKBONES.register("bninception")
+def bninception(pretrained: str) -> nn.Module:
+    """Caffe-ported BN-Inception (:class:`rankrepro.models.bninception.BNInception`, 1024-d map).
+
+    ``pretrained: imagenet`` loads Cadene's ``bn_inception-52deb4733.pth`` from
+    :func:`hub_checkpoint` (never downloaded here)."""
+    from rankrepro.models.bninception import WEIGHTS_FILE, WEIGHTS_URL, BNInception
+
+    net = BNInception()
+    if pretrained == "imagenet":
+        path = hub_checkpoint(WEIGHTS_FILE)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"backbone bninception: pretrained: imagenet reads Cadene's ImageNet weights {WEIGHTS_FILE} "
+                f"from {path}, which does not exist (they are not downloaded here). Download {WEIGHTS_URL} "
+                f"into {path.parent} (torch hub's checkpoint cache, $TORCH_HOME/hub/checkpoints), or pass "
+                "pretrained: <path to the file>; pretrained: none initialises at random")
+        net.load_weights(read_state_dict(path))
+    return net
 
 
 @BACKBONES.register("resnet_tiny")
@@ -148,10 +287,11 @@ def build_backbone(name: str, pretrained: str) -> tuple[nn.Module, int]:
     """Return (feature extractor without its pooling and classifier, output channels / token width).
 
     The extractor's ``output`` attribute says what it returns: ``"map"`` ([B, C, H, W]) or
-    ``"tokens"`` ([B, 1 + N, D])."""
+    ``"tokens"`` ([B, 1 + N, D]); a state-dict file (``pretrained`` neither ``imagenet`` nor
+    ``none``) is loaded by the extractor's ``load_weights`` (a ResNet's: strictly)."""
     net = BACKBONES.build(name, context={"pretrained": pretrained})
     state = read_state_dict(pretrained) if pretrained not in ("imagenet", "none") else None
-    if isinstance(net, TimmViT):
+    if not isinstance(net, ResNet):  # a feature extractor: output, num_features, load_weights
         if state is not None:
             net.load_weights(state)
         return net, net.num_features
