@@ -295,3 +295,21 @@ def test_demo_subset_then_snakemake_report(tmp_path):
     for name in ("table1.html", "scatter.png", "curve.png", "index.html", "training curves", "paper vs ours",
                  "suprank", *runs):
         assert name in page, name
+
+
+def test_a_fraction_column_is_within_one_point_at_0_01_and_prints_three_decimals(tmp_path):
+    """PNP's Dists@intra (unit: fraction): 0.318 vs 0.325 is within one point (0.01), 0.318 vs 0.04
+    is not (a percent tolerance of 1.0 would count both); the page and the scatter follow the unit."""
+    spec = _spec(["A", "B"], ncol=1)
+    cells = [{"row": r, "column": 0, "pending": None, "run_ids": [f"r{r}"], "metric": "dists@intra"} for r in (0, 1)]
+    table_plan = {"paper": "p", "table": "t", "spec": spec, "cells": cells, "runs": ["r0", "r1"]}
+    path = tmp_path / "t.csv"
+    path.write_text("method,column,metric,unit,decimals,paper,ours,std,seeds,diff,status,replica\n"
+                    "A,SOP h0,dists@intra,fraction,3,0.318,0.325,,1,0.007,ours,True\n"
+                    "B,SOP h0,dists@intra,fraction,3,0.38,0.04,,1,-0.34,ours,True\n")
+    rows = index.read_table_csv(path)
+    assert index.table_summary(table_plan, rows, {})["within"] == 1
+    page = index.table_html(table_plan, rows)
+    assert "<td>0.380</td><td>0.040</td><td class=far>-0.340</td>" in page
+    assert "<td class=near>+0.007</td>" in page
+    assert [p[:2] for p in plots.scatter_points(path)] == [(31.8, 32.5), (38.0, 4.0)]

@@ -207,6 +207,8 @@ def test_paper_numbers_print_as_transcribed():
 
     assert [_fmt(v) for v in (80.9, 100.0, 3, 0.828, 0.02, 59.55, None)] == [
         "80.9", "100.0", "3.0", "0.828", "0.02", "59.55", ""]
+    # a column's decimals (top-k prints 70.70, PNP's fractions 0.380), more where the number has more
+    assert [_fmt(70.7, 2), _fmt(0.38, 3), _fmt(0.3125, 3)] == ["70.70", "0.380", "0.3125"]
 
 
 def test_a_fraction_column_keeps_the_metric_and_three_decimals(tmp_path):
@@ -231,6 +233,9 @@ def test_a_fraction_column_keeps_the_metric_and_three_decimals(tmp_path):
     # marks compare ours as printed: 0.312 < 0.313 (B best); R@1 in percent, one decimal
     assert "| A | **77.9** | **50.0** | -27.9 | **0.318** | <u>0.312</u> | -0.006 |" in md
     assert r"\textbf{0.318} & \underline{0.312} & -0.006" in (tmp_path / "t2.tex").read_text()
+    spec["decimals"] = 2  # percent columns at the paper's two decimals; the fraction column keeps three
+    render({"paper": "toy", "table": "t2", "spec": spec, "cells": cells}, tmp_path / "runs", tmp_path / "t3")
+    assert "| A | **77.90** | **50.00** | -27.90 | **0.318** | <u>0.312</u> | -0.006 |" in (tmp_path / "t3.md").read_text()
 
 
 # ------------------------------------------------------------------------- static tables

@@ -7,7 +7,8 @@ For every table of every paper in the plan (``results/plan/plan.json``), from it
   not counted as to reproduce;
 - **reproduced**: cells with a number of ours;
 - **within 1 pt**: reproduced cells with a paper number and ``|ours − paper| ≤ 1.0`` (percent
-  points; for a dataset statistics table, counts);
+  points; 0.01 in a column printed as a fraction, ``unit: fraction``; for a dataset statistics
+  table, counts);
 - **pending**: cells with no number of ours, grouped by reason (the plan cell's ``pending``
   string, else the CSV status, e.g. ``missing`` for a run not finished);
 - **data**: ``replica`` when any number of ours comes from a generated replica, ``real`` when
@@ -57,6 +58,11 @@ def _float(text: str | None) -> float | None:
         return None
     value = float(text)
     return None if math.isnan(value) else value
+
+
+def tolerance(row: dict) -> float:
+    """One point in a CSV row's unit: WITHIN percent points, WITHIN / 100 for a fraction (0.318)."""
+    return WITHIN / 100 if row.get("unit") == "fraction" else WITHIN
 
 
 def read_table_csv(path: str | Path) -> list[dict]:
@@ -121,7 +127,7 @@ def table_summary(table_plan: dict, rows: list[dict], hours: dict[str, dict], sh
         if row["ours"] is not None:
             reproduced += 1
             replica = (replica or False) or row.get("replica") == "True"
-            if row["paper"] is not None and abs(row["ours"] - row["paper"]) <= WITHIN + 1e-9:
+            if row["paper"] is not None and abs(row["ours"] - row["paper"]) <= tolerance(row) + 1e-9:
                 within += 1
         else:
             reasons[pending_of.get((i // ncol, i % ncol)) or row.get("status") or "missing"] += 1
@@ -209,7 +215,8 @@ def to_markdown(index: dict) -> str:
                                               if t["unknown_h"] else "") + " (each run counted once).", "",
         "## Tables", "",
         ("Cells: the table's cells less the rows the paper cites from other work; reproduced: cells with a "
-        f"number of ours; within 1 pt: |ours − paper| ≤ {WITHIN:g} where both exist (percent points; counts "
+        f"number of ours; within 1 pt: |ours − paper| ≤ {WITHIN:g} where both exist (percent points, 0.01 in a "
+        "column printed as a fraction; counts "
         "for dataset statistics tables); data: where ours comes "
         f"from (replica: generated replicas, meaningless as results; {STATIC_DATA}: a table of text "
         "the paper prints, e.g. its hyper-parameters, shown as transcribed). Hours: training + evaluation wall time "
@@ -281,10 +288,14 @@ def write_index(plan_path: str | Path, results_dir: str | Path, out: str | Path,
 # ------------------------------------------------------------------------- table html
 
 
-def _num(value: float) -> str:
-    """As the Markdown tables print it: one decimal, counts (whole numbers of a dataset statistics
-    table) with thousands separators."""
-    return f"{int(value):,}" if value.is_integer() and abs(value) >= 1000 else f"{value:.1f}"
+def _num(value: float, decimals: int = 1, exact: bool = False) -> str:
+    """As the Markdown tables print it: the row's decimals (one, or the CSV's ``decimals``: 2, 3 for a
+    fraction), counts (whole numbers of a dataset statistics table) with thousands separators;
+    ``exact``: a paper's number, with more decimals where its transcription has more (59.55)."""
+    if value.is_integer() and abs(value) >= 1000:
+        return f"{int(value):,}"
+    text = f"{value:.{decimals}f}"
+    return format(value, ".10g") if exact and float(text) != value else text
 
 
 def _mark(text: str, mark: str | None) -> str:
@@ -310,16 +321,17 @@ def table_html(table_plan: dict, rows: list[dict]) -> str:
         cells = [f"<td class=name>{esc(rows[i].get(name_key, ''))}</td>"]
         for r in rows[i:i + ncol]:
             diff = _float(r.get("diff"))
-            cls = "" if diff is None else (" class=near" if abs(diff) <= WITHIN + 1e-9 else " class=far")
+            cls = "" if diff is None else (" class=near" if abs(diff) <= tolerance(r) + 1e-9 else " class=far")
+            d = int(r["decimals"]) if r.get("decimals") else 1
             if r["ours"] is None and r.get("status") not in ("ours", "cited"):
                 mark = notes.setdefault(r["status"], len(notes) + 1)
                 ours = f"—<sup>{mark}</sup>"
             else:
-                ours = "—" if r["ours"] is None else _num(r["ours"]) + (
-                    f" ± {float(r['std']):.1f}" if r.get("std") else "")
-            paper = "" if r["paper"] is None else _mark(_num(r["paper"]), r.get("paper_mark"))
+                ours = "—" if r["ours"] is None else _num(r["ours"], d) + (
+                    f" ± {float(r['std']):.{d}f}" if r.get("std") else "")
+            paper = "" if r["paper"] is None else _mark(_num(r["paper"], d, exact=True), r.get("paper_mark"))
             ours = _mark(ours, r.get("ours_mark"))
-            delta = "" if diff is None else f"{diff:+.1f}"
+            delta = "" if diff is None else f"{diff:+.{d}f}"
             cells += [f"<td>{paper}</td>", f"<td>{ours}</td>", f"<td{cls}>{delta}</td>"]
         body.append("<tr>" + "".join(cells) + "</tr>")
     parts = [

@@ -126,11 +126,14 @@ def _csv_rows(path: str | Path) -> list[dict]:
 
 
 def scatter_points(table_csv: str | Path) -> list[tuple[float, float, str]]:
-    """``(paper, ours, label)`` for every cell of a rendered table with both numbers."""
+    """``(paper, ours, label)`` for every cell of a rendered table with both numbers, in percent (a
+    column printed as a fraction, ``unit: fraction``, times 100, so it shares the percent axes)."""
     points = []
     for row in _csv_rows(table_csv):
         paper, ours = _number(row.get("paper")), _number(row.get("ours"))
         if paper is not None and ours is not None and row.get("status") != "cited":
+            if row.get("unit") == "fraction":
+                paper, ours = 100 * paper, 100 * ours
             points.append((paper, ours, f"{row.get('method') or row.get('name', '')} {row.get('column', '')}".strip()))
     return points
 

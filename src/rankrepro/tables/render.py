@@ -46,13 +46,16 @@ class TableError(ValueError):
     """A spec that does not fit the files it is rendered from; the message names the spec file and row."""
 
 
-#: a run column's unit: the factor on the metric and the decimals it is printed with
+#: a run column's unit: the factor on the metric and the decimals it is printed with (a percent
+#: column: the spec's ``decimals``, default 1, as the paper prints them; top-k prints 62.89)
 UNITS = {"percent": (100.0, 1), "fraction": (1.0, 3)}
 
 
 def column_unit(spec: dict, column: int) -> tuple[float, int]:
     """(factor, decimals) of a run table's column (``unit``, default percent)."""
-    return UNITS[spec["columns"][column].get("unit", "percent")]
+    unit = spec["columns"][column].get("unit", "percent")
+    factor, decimals = UNITS[unit]
+    return factor, spec.get("decimals", decimals) if unit == "percent" else decimals
 
 
 def cell_values(cells: list[dict], runs_dir: str | Path, spec: dict | None = None) -> tuple[dict, bool]:
@@ -76,11 +79,12 @@ def cell_values(cells: list[dict], runs_dir: str | Path, spec: dict | None = Non
     return values, replica
 
 
-def _fmt(value: float | None) -> str:
-    """A paper's number as transcribed: one decimal, or more where the paper prints more (0.828, 0.02)."""
+def _fmt(value: float | None, decimals: int = 1) -> str:
+    """A paper's number as transcribed: ``decimals`` decimals (the column's: 1, 2 where the paper
+    prints 70.70, 3 for fractions), or more where the transcription has more (0.828, 0.02)."""
     if value is None:
         return ""
-    text = f"{value:.1f}"
+    text = f"{value:.{decimals}f}"
     return text if float(text) == value else format(value, ".10g")
 
 
@@ -153,7 +157,7 @@ def best_marks(spec: dict, paper: dict, ours: dict) -> tuple[dict, dict]:
 
 
 def table_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
-    """One dict per (row, column): method, column, unit, paper, ours, std, diff, status, and the
+    """One dict per (row, column): method, column, unit, decimals, paper, ours, std, diff, status, and the
     best / second best marks of the paper's number and of ours (``paper_mark``, ``ours_mark``:
     "best", "second" or "")."""
     out = []
@@ -162,12 +166,13 @@ def table_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
         for c, column in enumerate(spec["columns"]):
             paper = row["paper"][c]
             mean, std, n = values.get((r, c), (None, None, 0))
-            digits = column_unit(spec, c)[1] + 1
+            decimals = column_unit(spec, c)[1]
+            digits = decimals + 1
             cell = by_pos[(r, c)]
             status = "cited" if row.get("cited") else ("ours" if mean is not None else (cell["pending"] or "missing"))
             out.append({
                 "method": row["method"], "column": f"{column['group']} {column['header']}", "metric": column["metric"],
-                "unit": column.get("unit", "percent"), "paper": paper,
+                "unit": column.get("unit", "percent"), "decimals": decimals, "paper": paper,
                 "ours": None if mean is None else round(mean, digits),
                 "std": None if std is None else round(std, digits), "seeds": n,
                 "diff": None if mean is None or paper is None else round(mean - paper, digits), "status": status,
@@ -190,7 +195,7 @@ def _tex_mark(text: str, mark: str) -> str:
 
 
 def _decimals(entry: dict) -> int:
-    return UNITS[entry["unit"]][1]
+    return entry["decimals"]
 
 
 def _ours(entry: dict, pm: str = "±") -> str:
@@ -219,7 +224,7 @@ def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
     for r, row in enumerate(spec["rows"]):
         entries = rows[r * ncol:(r + 1) * ncol]
         method = row["method"] + (" (cited)" if row.get("cited") else "")
-        cells = [method] + [part for e in entries for part in (_md_mark(_fmt(e["paper"]), e["paper_mark"]),
+        cells = [method] + [part for e in entries for part in (_md_mark(_fmt(e["paper"], e["decimals"]), e["paper_mark"]),
                                                                  _md_mark(_ours(e), e["ours_mark"]), _diff(e))]
         lines.append("| " + " | ".join(cells) + " |")
         notes += sorted({e["status"] for e in entries if e["status"] not in ("ours", "cited")})
@@ -275,7 +280,7 @@ def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
         parts = [_tex_escape(row["method"])]
         for e in entries:
             ours = "--" if e["ours"] is None else _ours(e, pm="$\\pm$")
-            parts += [_tex_mark(_fmt(e["paper"]), e["paper_mark"]), _tex_mark(ours, e["ours_mark"]), _diff(e)]
+            parts += [_tex_mark(_fmt(e["paper"], e["decimals"]), e["paper_mark"]), _tex_mark(ours, e["ours_mark"]), _diff(e)]
         lines.append(" & ".join(parts) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines) + "\n"
