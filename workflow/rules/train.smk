@@ -62,7 +62,7 @@ else:
             output:
                 **batch_outputs(_ids),
             params:
-                manifest=f"results/manifests/{RUNS[_ids[0]]['dataset']}",
+                manifest=lambda wildcards, input: str(Path(input.manifest).parent),
                 device=RUNTIME["device"],
                 workers=RUNTIME["num_workers"],
                 batch_size=RUNTIME["eval_batch_size"],
