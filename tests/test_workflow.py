@@ -24,8 +24,10 @@ def smk(cwd, *args, timeout=300):
     return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def test_lint_reports_nothing(tmp_path):
-    result = smk(workflow_copy(tmp_path), "--lint")
+@pytest.mark.parametrize("profile", [[], ["--profile", "profiles/demo"]], ids=["full", "demo"])
+def test_lint_reports_nothing(tmp_path, profile):
+    """The full config's rules, and the demo's (its training batches: train_batch_<dataset>_<k>)."""
+    result = smk(workflow_copy(tmp_path), "--lint", *profile)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Lints for" not in result.stdout + result.stderr
 
