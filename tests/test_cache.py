@@ -2,6 +2,7 @@
 and the data-pipeline benchmark at a tiny size."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -238,17 +239,36 @@ def _blocks(stdout, rule):
     return [block for block in stdout.split("\nrule ")[1:] if block.startswith(f"{rule}:")]
 
 
+def _sop_cache_reads(wf, stdout):
+    """{rule: how many SOP train / evaluate jobs read the s256 cache} of a dry run, after checking each
+    job against its run (results/plan/plan.json): a job reads the cache, as input and as
+    ``--image-cache``, exactly when its run's first resize can use it (SupRank's SOP: Resize(256) and a
+    (256, 256) squash of the s256 cache; not PNP's RandomResizedCrop of the originals nor top-k's
+    (256, 256) training squash)."""
+    plan = json.loads((wf / "results" / "plan" / "plan.json").read_text())
+    reading = {"train": 0, "evaluate": 0}
+    for rule in reading:
+        blocks = [b for b in _blocks(stdout, rule) if "results/runs/sop-" in b]
+        assert blocks, rule
+        for block in blocks:
+            run = plan["runs"][re.search(r"results/runs/(sop-[a-z0-9_]+-[0-9a-f]{10})/", block).group(1)]
+            size = run["images"]["train_resize"]
+            resize = run["images"]["train_resize" if rule == "train" else "test_resize"]
+            expected = size == 256 and C.resize_uses_cache(resize, size)
+            assert ("results/cache/sop/s256/cache.json" in block.split("output:")[0]) == expected, block[:300]
+            assert ("--image-cache results/cache/sop/s256" in block) == expected, block[:300]
+            reading[rule] += expected
+    return reading
+
+
 def test_workflow_wiring(tmp_path):
     wf = workflow_copy(tmp_path)
     on = _dry_run(wf)
     cache_json = "results/cache/sop/s256/cache.json"
     assert _jobs(on).get("image_cache", 0) >= 1
     assert any(cache_json in b.split("output:")[1] for b in _blocks(on, "image_cache"))
-    sop_blocks = {rule: [b for b in _blocks(on, rule) if "results/runs/sop-" in b] for rule in ("train", "evaluate")}
-    assert sop_blocks["train"] and sop_blocks["evaluate"]
-    for blocks in sop_blocks.values():  # SOP: Resize(256) and a (256, 256) squash read the cache
-        for block in blocks:
-            assert cache_json in block.split("output:")[0] and "--image-cache results/cache/sop/s256" in block
+    reading = _sop_cache_reads(wf, on)
+    assert reading["train"] and reading["evaluate"]
 
     (wf / "off.yaml").write_text(yaml.safe_dump({"runtime": {"image_cache": False}}))
     off = _dry_run(wf, "--configfile", "off.yaml")
@@ -258,7 +278,8 @@ def test_workflow_wiring(tmp_path):
     (wf / "t224.yaml").write_text(yaml.safe_dump({"run_overrides": {"images": {"test_resize": 224}}}))
     mixed = _dry_run(wf, "--configfile", "t224.yaml")
     assert _jobs(mixed).get("image_cache", 0) >= 1
-    assert all(cache_json in b for b in _blocks(mixed, "train") if "results/runs/sop-" in b)
+    reading = _sop_cache_reads(wf, mixed)
+    assert reading["train"] and not reading["evaluate"]
     assert _blocks(mixed, "evaluate") and not any("results/cache/" in b for b in _blocks(mixed, "evaluate"))
 
 

@@ -267,7 +267,8 @@ def test_demo_subset_then_snakemake_report(tmp_path):
     from rankrepro.bench.plan import workflow_copy
 
     wf = workflow_copy(tmp_path)
-    (wf / "subset.yaml").write_text(yaml.safe_dump({"tables": {"suprank": ["table1"], "smooth_ap": []},
+    papers = yaml.safe_load((wf / "config.yaml").read_text())["tables"]  # a config file merges into config.yaml
+    (wf / "subset.yaml").write_text(yaml.safe_dump({"tables": {**{p: [] for p in papers}, "suprank": ["table1"]},
                                                     "synthetic": {"names": []}}))
     config = ["--profile", "profiles/demo", "--configfile", "profiles/demo/demo.yaml", "subset.yaml"]
     targets = ["results/README.md", "results/index.html"]

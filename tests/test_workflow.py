@@ -174,11 +174,14 @@ def test_shell_parameters_are_quoted(tmp_path, http_server):
 def test_demo_profile_end_to_end(tmp_path):
     """The demo profile on a subset of the tables (the whole demo's wall time is a benchmark:
     ``python -m rankrepro bench demo``): SupRank Tables I, VII (ResNet-101 + PCA-initialised projection
-    on H-GLDv2) and XI, the sweep of Fig. 6, Smooth-AP's Table 1, every synthetic result and the
-    H-GLDv2 chain, each run trained and evaluated in one job (runtime.evaluate_in_train_job)."""
+    on H-GLDv2) and XI, the sweep of Fig. 6, Smooth-AP's Table 1, PNP's Table 1 (fraction columns),
+    every synthetic result and the H-GLDv2 chain, the runs trained and evaluated in batches of a
+    dataset (runtime.runs_per_job, runtime.evaluate_in_train_job)."""
     wf = workflow_copy(tmp_path)
-    (wf / "subset.yaml").write_text(yaml.safe_dump({"tables": {"suprank": ["table1", "table7", "table11", "fig6"],
-                                                               "smooth_ap": ["table1"]}}))
+    papers = yaml.safe_load((wf / "config.yaml").read_text())["tables"]  # a config file merges into config.yaml
+    (wf / "subset.yaml").write_text(yaml.safe_dump({"tables": {**{p: [] for p in papers},
+                                                               "suprank": ["table1", "table7", "table11", "fig6"],
+                                                               "smooth_ap": ["table1"], "pnp": ["table1"]}}))
     demo = ["--profile", "profiles/demo", "--configfile", "profiles/demo/demo.yaml", "subset.yaml"]
     result = smk(wf, "--cores", "2", *demo, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -209,6 +212,9 @@ def test_demo_profile_end_to_end(tmp_path):
     rebuilt = json.loads((wf / "results" / "manifests" / "gldv2_hier_rebuilt" / "meta.json").read_text())
     assert rebuilt["derived_from"] == "gldv2" and "church" in rebuilt["hierarchical_label_names"]
     assert not (wf / "results" / "logs" / "evaluate").exists()  # the train job evaluated
+    assert list((wf / "results" / "logs" / "train").glob("batch_sop_*.log"))  # in batches
+    pnp = (wf / "results" / "tables" / "pnp" / "table1.md").read_text()
+    assert "| PNP-D_q | **80.1** |" in pnp and "| **0.380** |" in pnp  # Dists@intra as the paper prints it
     for rule in ("replica", "download", "prepare", "train", "table", "track", "hgldv2", "sweep_plot"):
         assert list((wf / "results" / "logs" / rule).rglob("*.log")) or (wf / "results" / "logs" / f"{rule}.log").exists()
     with sqlite3.connect(wf / "results" / "mlflow.db") as db:
