@@ -203,7 +203,7 @@ def test_every_specs_best_groups_resolve():
 
 def test_paper_numbers_print_as_transcribed():
     """One decimal as most papers print, more where the paper prints more (face mAP 0.828, margin 0.02)."""
-    from rankrepro.tables.render import _fmt
+    from rankrepro.tables.render import paper_number as _fmt
 
     assert [_fmt(v) for v in (80.9, 100.0, 3, 0.828, 0.02, 59.55, None)] == [
         "80.9", "100.0", "3.0", "0.828", "0.02", "59.55", ""]

@@ -89,8 +89,6 @@ def cmd_train_batch(args) -> None:
     """Train, then evaluate, each ``--runs`` run in turn in this process (runtime.runs_per_job):
     each writes model.pt, history.csv, metrics.json and curve.png beside its run.json, as a
     one-run ``train --evaluate-out`` job would."""
-    import argparse
-
     for run in args.runs:
         run_dir = Path(run).parent
         print(f"== run {run_dir.name}", flush=True)

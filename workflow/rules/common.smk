@@ -221,19 +221,25 @@ def run_eval_cache_args(wildcards):
 # -- the train and evaluate jobs' outputs (train.smk, evaluate.smk) --------------------------------
 
 
-def evaluate_outputs():
-    """What evaluating a run writes: metrics.json and the training curve for the report."""
+def evaluate_outputs(run_id=None):
+    """What evaluating a run writes: metrics.json and the training curve for the report. With
+    ``run_id``: that run's files (a training batch's rule has no wildcards), else the pattern."""
+    folder = f"results/runs/{run_id or '{run_id}'}"
+    wildcards = run_wildcards(run_id) if run_id else None
     return {
-        "metrics": "results/runs/{run_id}/metrics.json",
-        "curve": report("results/runs/{run_id}/curve.png", caption="../report/curve.rst", category=run_paper,
-                        subcategory="training curves", labels=run_labels),
+        "metrics": f"{folder}/metrics.json",
+        "curve": report(f"{folder}/curve.png", caption="../report/curve.rst", subcategory="training curves",
+                        category=run_paper(wildcards) if run_id else run_paper,
+                        labels=run_labels(wildcards) if run_id else run_labels),
     }
 
 
-def train_outputs():
-    """model.pt and history.csv, and evaluate_outputs() too with runtime.evaluate_in_train_job."""
-    outputs = {"model": "results/runs/{run_id}/model.pt", "history": "results/runs/{run_id}/history.csv"}
-    return {**outputs, **evaluate_outputs()} if RUNTIME["evaluate_in_train_job"] else outputs
+def train_outputs(run_id=None):
+    """model.pt and history.csv, and evaluate_outputs() too with runtime.evaluate_in_train_job
+    (``run_id``: as for evaluate_outputs)."""
+    folder = f"results/runs/{run_id or '{run_id}'}"
+    outputs = {"model": f"{folder}/model.pt", "history": f"{folder}/history.csv"}
+    return {**outputs, **evaluate_outputs(run_id)} if RUNTIME["evaluate_in_train_job"] else outputs
 
 
 # -- training batches (runtime.runs_per_job > 1: rankrepro.experiments.batches; train.smk) ------------
@@ -263,15 +269,7 @@ except BatchError as err:
 
 def batch_outputs(run_ids):
     """The files a training batch writes: each run's train_outputs() (evaluation included)."""
-    outputs = {}
-    for k, rid in enumerate(run_ids):
-        wildcards = run_wildcards(rid)
-        outputs |= {f"model_{k}": f"results/runs/{rid}/model.pt", f"history_{k}": f"results/runs/{rid}/history.csv",
-                    f"metrics_{k}": f"results/runs/{rid}/metrics.json",
-                    f"curve_{k}": report(f"results/runs/{rid}/curve.png", caption="../report/curve.rst",
-                                         category=run_paper(wildcards), subcategory="training curves",
-                                         labels=run_labels(wildcards))}
-    return outputs
+    return {f"{name}_{k}": path for k, rid in enumerate(run_ids) for name, path in train_outputs(rid).items()}
 
 
 def batch_cache_args(run_ids):
@@ -282,8 +280,8 @@ def batch_cache_args(run_ids):
 
 
 def batch_cache_inputs(run_ids):
-    """The cache.json files a batch waits for."""
-    return [f"{folder}/cache.json" for folder in run_image_caches(run_ids[0]) if folder]
+    """The cache.json files a batch waits for (its runs share them)."""
+    return run_train_cache(run_wildcards(run_ids[0])) + run_eval_cache(run_wildcards(run_ids[0]))
 
 
 def run_fused_eval_cache(wildcards):

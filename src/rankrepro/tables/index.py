@@ -33,6 +33,7 @@ from collections import Counter
 from pathlib import Path
 
 from rankrepro.io import atomic_write_text
+from rankrepro.tables.render import paper_number
 
 WITHIN = 1.0  # points: |ours - paper| <= WITHIN counts as "within one point"
 STATIC = "static"  # the spec kind of a table of text (rankrepro.experiments.plan.STATIC)
@@ -291,11 +292,11 @@ def write_index(plan_path: str | Path, results_dir: str | Path, out: str | Path,
 def _num(value: float, decimals: int = 1, exact: bool = False) -> str:
     """As the Markdown tables print it: the row's decimals (one, or the CSV's ``decimals``: 2, 3 for a
     fraction), counts (whole numbers of a dataset statistics table) with thousands separators;
-    ``exact``: a paper's number, with more decimals where its transcription has more (59.55)."""
+    ``exact``: a paper's number (:func:`rankrepro.tables.render.paper_number`: more decimals where its
+    transcription has more, 59.55)."""
     if value.is_integer() and abs(value) >= 1000:
         return f"{int(value):,}"
-    text = f"{value:.{decimals}f}"
-    return format(value, ".10g") if exact and float(text) != value else text
+    return paper_number(value, decimals) if exact else f"{value:.{decimals}f}"
 
 
 def _mark(text: str, mark: str | None) -> str:

@@ -58,12 +58,12 @@ def column_unit(spec: dict, column: int) -> tuple[float, int]:
     return factor, spec.get("decimals", decimals) if unit == "percent" else decimals
 
 
-def cell_values(cells: list[dict], runs_dir: str | Path, spec: dict | None = None) -> tuple[dict, bool]:
-    """{(row, column): (mean, std or None, n)} in the column's unit (percent without ``spec``),
-    and whether any run used replica data."""
+def cell_values(cells: list[dict], runs_dir: str | Path, spec: dict) -> tuple[dict, bool]:
+    """{(row, column): (mean, std or None, n)} in the column's unit (:func:`column_unit`), and
+    whether any run used replica data."""
     values, replica = {}, False
     for cell in cells:
-        factor = column_unit(spec, cell["column"])[0] if spec is not None else 100.0
+        factor = column_unit(spec, cell["column"])[0]
         found = []
         for rid in cell["run_ids"]:
             path = Path(runs_dir) / rid / "metrics.json"
@@ -79,7 +79,7 @@ def cell_values(cells: list[dict], runs_dir: str | Path, spec: dict | None = Non
     return values, replica
 
 
-def _fmt(value: float | None, decimals: int = 1) -> str:
+def paper_number(value: float | None, decimals: int = 1) -> str:
     """A paper's number as transcribed: ``decimals`` decimals (the column's: 1, 2 where the paper
     prints 70.70, 3 for fractions), or more where the transcription has more (0.828, 0.02)."""
     if value is None:
@@ -224,7 +224,7 @@ def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
     for r, row in enumerate(spec["rows"]):
         entries = rows[r * ncol:(r + 1) * ncol]
         method = row["method"] + (" (cited)" if row.get("cited") else "")
-        cells = [method] + [part for e in entries for part in (_md_mark(_fmt(e["paper"], e["decimals"]), e["paper_mark"]),
+        cells = [method] + [part for e in entries for part in (_md_mark(paper_number(e["paper"], e["decimals"]), e["paper_mark"]),
                                                                  _md_mark(_ours(e), e["ours_mark"]), _diff(e))]
         lines.append("| " + " | ".join(cells) + " |")
         notes += sorted({e["status"] for e in entries if e["status"] not in ("ours", "cited")})
@@ -280,7 +280,7 @@ def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
         parts = [_tex_escape(row["method"])]
         for e in entries:
             ours = "--" if e["ours"] is None else _ours(e, pm="$\\pm$")
-            parts += [_tex_mark(_fmt(e["paper"], e["decimals"]), e["paper_mark"]), _tex_mark(ours, e["ours_mark"]), _diff(e)]
+            parts += [_tex_mark(paper_number(e["paper"], e["decimals"]), e["paper_mark"]), _tex_mark(ours, e["ours_mark"]), _diff(e)]
         lines.append(" & ".join(parts) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines) + "\n"
