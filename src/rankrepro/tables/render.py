@@ -260,14 +260,22 @@ def _tex_escape(text: str) -> str:
     return "".join(TEX_CHARS.get(ch, ch) for ch in text)
 
 
+def _group_spans(columns: list[dict], width: int) -> list[tuple[str, int]]:
+    """(group, LaTeX columns it spans) of each run of consecutive columns with the same ``group``,
+    each column ``width`` LaTeX columns wide."""
+    groups: list[tuple[str, int]] = []
+    for column in columns:
+        group = column.get("group", "")
+        if groups and groups[-1][0] == group:
+            groups[-1] = (group, groups[-1][1] + width)
+        else:
+            groups.append((group, width))
+    return groups
+
+
 def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
     ncol = len(spec["columns"])
-    groups: list[tuple[str, int]] = []
-    for column in spec["columns"]:
-        if groups and groups[-1][0] == column["group"]:
-            groups[-1] = (column["group"], groups[-1][1] + 3)
-        else:
-            groups.append((column["group"], 3))
+    groups = _group_spans(spec["columns"], 3)  # paper, ours, Δ
     caption = _tex_escape(spec["caption"]) + (r" \emph{Replica data: ours is meaningless.}" if replica else "")
     lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{caption}}}",
              r"\begin{tabular}{l" + "rrr" * ncol + "}", r"\toprule",
@@ -512,12 +520,7 @@ def static_latex(spec: dict) -> str:
     lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{_tex_text(spec['caption'])}}}",
              r"\begin{tabular}{l" + "c" * len(columns) + "}", r"\toprule"]
     if any(c.get("group") for c in columns):
-        groups: list[tuple[str, int]] = []
-        for column in columns:
-            if groups and groups[-1][0] == column.get("group", ""):
-                groups[-1] = (groups[-1][0], groups[-1][1] + 1)
-            else:
-                groups.append((column.get("group", ""), 1))
+        groups = _group_spans(columns, 1)
         lines.append(" & " + " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{_tex_text(g)}}}" for g, n in groups) + r" \\")
     lines += [" & ".join(_tex_text(t) for t in [spec.get("row_header", "Method"), *(c["header"] for c in columns)])
               + r" \\", r"\midrule"]
