@@ -18,6 +18,13 @@ from rankrepro.registry import Registry
 SAMPLERS = Registry("sampler", context=("labels", "seed"))
 
 
+def indices_by_class(labels) -> list[np.ndarray]:
+    """The image indexes of each finest class (labels [N] or [N, L], finest first), classes in sorted order."""
+    labels = np.asarray(labels)
+    labels = labels[:, 0] if labels.ndim == 2 else labels
+    return [np.flatnonzero(labels == c) for c in np.unique(labels)]
+
+
 class EpochBatchSampler:
     """Batches fixed by ``(seed, epoch)``: subclasses set ``seed`` and ``epoch`` and implement :meth:`_batches`."""
 
@@ -49,13 +56,11 @@ class MPerClassBatchSampler(EpochBatchSampler):
     """
 
     def __init__(self, labels, batch_size: int, samples_per_class: int, seed: int = 0):
-        labels = np.asarray(labels)
-        labels = labels[:, 0] if labels.ndim == 2 else labels
         if batch_size % samples_per_class:
             raise ValueError(f"batch_size {batch_size} is not a multiple of samples_per_class {samples_per_class}")
         self.m = samples_per_class
         self.classes_per_batch = batch_size // samples_per_class
-        self.by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+        self.by_class = indices_by_class(labels)
         self.seed = seed
         self.epoch = 0
         if sum(len(ix) >= self.m for ix in self.by_class) < self.classes_per_batch:
@@ -103,13 +108,11 @@ class UpToMPerClassBatchSampler(EpochBatchSampler):
     """
 
     def __init__(self, labels, batch_size: int, samples_per_class: int, seed: int = 0):
-        labels = np.asarray(labels)
-        labels = labels[:, 0] if labels.ndim == 2 else labels
         if batch_size < 1 or samples_per_class < 1:
             raise ValueError(f"batch_size ({batch_size}) and samples_per_class ({samples_per_class}) must be >= 1")
         self.batch_size = batch_size
         self.m = samples_per_class
-        self.by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+        self.by_class = indices_by_class(labels)
         self.seed = seed
         self.epoch = 0
         room = sum(min(len(ix), self.m) for ix in self.by_class)
