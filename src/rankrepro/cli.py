@@ -23,10 +23,11 @@ def cmd_replica(args) -> None:
 
 def cmd_download(args) -> None:
     """Exit status 3: checksum mismatch, 4: manual download required, 5: download failed after
-    the in-job retries (rankrepro.data.sources.exit_codes); a rerun at once would not help."""
-    from rankrepro.data import datasets, sources
+    the in-job retries (rankrepro.data.errors.exit_codes); a rerun at once would not help."""
+    from rankrepro.data import datasets
+    from rankrepro.data.errors import exit_codes
 
-    with sources.exit_codes():
+    with exit_codes():
         record = datasets.load(args.dataset).download(args.data_root, url=args.url, checksum=args.checksum,
                                                       replica_dir=args.replica_dir)
     print(f"downloaded {args.dataset} -> {record}")
@@ -34,9 +35,10 @@ def cmd_download(args) -> None:
 
 def cmd_prepare(args) -> None:
     """Exit status 3: the archive no longer matches its checksum (see cmd_download)."""
-    from rankrepro.data import datasets, sources
+    from rankrepro.data import datasets
+    from rankrepro.data.errors import exit_codes
 
-    with sources.exit_codes():
+    with exit_codes():
         manifest = datasets.load(args.dataset).prepare(args.source, args.out, data_root=args.data_root,
                                                        replica=args.replica)
     print(json.dumps(manifest.meta["counts"]))
