@@ -11,14 +11,8 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from rankrepro.data.image_files import READ_ERRORS, ImageReadError
 from rankrepro.data.manifest import Manifest
-
-# what PIL raises on a truncated, corrupt or unidentifiable file (UnidentifiedImageError is an OSError)
-READ_ERRORS = (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError)
-
-
-class ImageReadError(OSError):
-    """An image of a manifest could not be read; the message names the file and the manifest row."""
 
 
 def contiguous_labels(labels: np.ndarray) -> np.ndarray:

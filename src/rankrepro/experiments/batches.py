@@ -11,8 +11,7 @@ A batch holds runs that read the same images: the same dataset and the same imag
 training and for evaluation (a job gets one ``--image-cache`` and one ``--eval-image-cache``).
 Within such a group the runs are sorted by id and cut into consecutive batches of at most N;
 batch ``k`` of a group whose key's first element is dataset ``d`` is named ``<d>_<k>`` (``_<k>``
-counted over the
-groups of ``d``). The grouping is a pure function of the plan's run ids and their keys: the
+counted over the groups of ``d``). The grouping is a pure function of the plan's run ids and their keys: the
 same plan gives the same batches.
 """
 
