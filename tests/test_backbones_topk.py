@@ -16,7 +16,8 @@ from PIL import Image
 
 from rankrepro.data import transforms
 from rankrepro.models import RetrievalNet
-from rankrepro.models.backbones import InputConvention, build_backbone, hub_checkpoint
+from rankrepro.models.backbones import build_backbone, hub_checkpoint
+from rankrepro.models.input_convention import InputConvention
 from rankrepro.models.bninception import WEIGHTS_FILE, WEIGHTS_URL, BNInception
 
 #: sha256 of the sorted "key:shape" lines of pretrainedmodels' BNInception state dict (Cadene's

@@ -16,7 +16,7 @@ from pytorch_metric_learning import miners as pmlm
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 from rankrepro.losses import build
-from rankrepro.losses.baselines import all_triplets, distance_weights, sampled_triplets
+from rankrepro.losses.triplets import all_triplets, distance_weights, sampled_triplets
 
 import lossutil
 from lossutil import close, unit

@@ -7,6 +7,7 @@ import csv
 import pytest
 
 from rankrepro.bench import losses as bench
+from rankrepro.timing import bench_labels, build_with_sizes
 
 TINY = dict(batch_sizes=(8, 16), dim=8, m=4, num_classes=20, num_coarse=4, repeats=1, warmup=1, threads=1,
             devices=["cpu"])
@@ -48,12 +49,12 @@ def test_caps_budget_and_errors_are_reported(tmp_path):
 
 
 def test_labels_and_sizes_helpers():
-    y = bench.bench_labels(16, 4, 20, 4)
+    y = bench_labels(16, 4, 20, 4)
     assert y.shape == (16, 2) and (y[:, 0].view(4, 4) == y[::4, 0].unsqueeze(1)).all()
     assert (y[:, 1] == y[:, 0] // 5).all()
     with pytest.raises(ValueError, match="multiple"):
-        bench.bench_labels(10, 4, 20, 4)
-    loss = bench.build_with_sizes("sum_nsm", [20, 4], 8)
+        bench_labels(10, 4, 20, 4)
+    loss = build_with_sizes("sum_nsm", [20, 4], 8)
     assert loss.num_classes_per_level == [20, 4] and loss.embedding_size == 8
 
 

@@ -19,7 +19,6 @@ from torchvision.transforms import functional as F
 from rankrepro.bench.plan import workflow_copy
 from rankrepro.data import cache as C
 from rankrepro.data import datasets, transforms
-from rankrepro.data import images as images_module
 from rankrepro.data.images import ImageDataset
 from rankrepro.data.manifest import read_manifest, write_manifest
 
@@ -214,18 +213,17 @@ def test_resize_uses_cache():
     assert not C.resize_uses_cache(256, None)
 
 
-def test_process_default_and_cli(manifest_dir, tmp_path, monkeypatch, capsys):
+def test_cache_is_explicit_and_cli(manifest_dir, tmp_path, capsys):
     from rankrepro import cli
 
     out = tmp_path / "s32"
     assert cli.main(["cache", "--manifest", str(manifest_dir), "--size", str(S), "--out", str(out),
                      "--workers", "2", "--no-progress"]) == 0
     assert json.loads(capsys.readouterr().out)["count"] == len(read_manifest(manifest_dir).table)
-    monkeypatch.setattr(images_module, "_IMAGE_CACHE", None)
     train = read_manifest(manifest_dir).split("train")
     assert ImageDataset(train, transforms.train_transform(CFG)).source == "originals"
-    images_module.use_image_cache(out)  # what `train/evaluate --image-cache` does
-    assert ImageDataset(train, transforms.train_transform(CFG)).source == "cache"
+    # what `train/evaluate --image-cache` hands down (no process-wide default)
+    assert ImageDataset(train, transforms.train_transform(CFG), cache=out).source == "cache"
     assert ImageDataset(train, transforms.train_transform(CFG), cache=None).source == "originals"
 
 

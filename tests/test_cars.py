@@ -13,7 +13,8 @@ import pytest
 import scipy.io
 from PIL import Image
 
-from rankrepro.data import datasets, sources
+from rankrepro.data import datasets
+from rankrepro.data.errors import ManualDownloadRequired
 from rankrepro.data.datasets import cars
 
 CARS = datasets.load("cars")
@@ -67,7 +68,7 @@ def test_facts_and_how_to_get():
 
 
 def test_manual_download_message(legacy, tmp_path):
-    with pytest.raises(sources.ManualDownloadRequired) as err:
+    with pytest.raises(ManualDownloadRequired) as err:
         CARS.download(tmp_path)
     text = str(err.value)
     folder = tmp_path.absolute() / "downloads" / "cars"
@@ -77,7 +78,7 @@ def test_manual_download_message(legacy, tmp_path):
     # a file that is not the real one is refused by its md5
     folder.mkdir(parents=True)
     shutil.copy(legacy / "cars_annos.mat", folder / "cars_annos.mat")
-    with pytest.raises(sources.ManualDownloadRequired, match="cars_annos.mat: checksum mismatch"):
+    with pytest.raises(ManualDownloadRequired, match="cars_annos.mat: checksum mismatch"):
         CARS.download(tmp_path)
     assert not (folder / "download.json").exists()
 

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from rankrepro.data import datasets, sources
+from rankrepro.data import datasets
+from rankrepro.data.errors import ChecksumError
 from rankrepro.data.datasets import cub
 from rankrepro.data.manifest import read_manifest
 
@@ -166,5 +167,5 @@ def test_not_a_cub_folder(tmp_path):
 
 
 def test_checksum_mismatch_is_named(replica, tmp_path):
-    with pytest.raises(sources.ChecksumError, match="CUB_200_2011.tgz"):
+    with pytest.raises(ChecksumError, match="CUB_200_2011.tgz"):
         CUB.download(tmp_path, url=(replica / "CUB_200_2011.tgz").as_uri())  # the real md5 cannot match

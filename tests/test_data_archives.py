@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rankrepro.data import replicas, sources
+from rankrepro.data import archives, replicas
+from rankrepro.data.archives import EXTRACTED_MARKER, _extract_into, extract, is_extracted
+from rankrepro.data.checksums import ChecksumLock, is_verified, recorded_checksum, reverify
+from rankrepro.data.errors import ChecksumError
 
 MEMBERS = {"top/a.txt": b"alpha\n", "top/sub/b.JPG": b"\xff\xd8jpeg", "top/sub/deeper/c.csv": b"x,y\n1,2\n"}
 
@@ -21,10 +24,10 @@ def test_archives_are_deterministic_and_extract(tmp_path, name):
     first = write(tmp_path / "one" / name, MEMBERS)
     again = write(tmp_path / "two" / name, MEMBERS)
     assert first == again == "sha256:" + hashlib.sha256((tmp_path / "one" / name).read_bytes()).hexdigest()
-    out = sources.extract(tmp_path / "one" / name, tmp_path / "out", checksum=first)
+    out = extract(tmp_path / "one" / name, tmp_path / "out", checksum=first)
     assert {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()
-            and sources.EXTRACTED_MARKER not in p.parts} == MEMBERS
-    marker = json.loads((out / sources.EXTRACTED_MARKER / name).read_text())
+            and EXTRACTED_MARKER not in p.parts} == MEMBERS
+    marker = json.loads((out / EXTRACTED_MARKER / name).read_text())
     assert marker["archive"] == name and marker["checksum"] == first
     assert set(marker["members"]) >= set(MEMBERS)
 
@@ -44,14 +47,14 @@ def test_archives_list_parent_folders_first(tmp_path):
 def test_extract_keeps_a_copy_of_the_same_archive_and_replaces_another(tmp_path):
     one = replicas.write_zip(tmp_path / "a" / "x.zip", {"top/v.txt": b"1", "top/old.txt": b"only in one"})
     two = replicas.write_zip(tmp_path / "b" / "x.zip", {"top/v.txt": b"2", "top/w.txt": b"new"})
-    out = sources.extract(tmp_path / "a" / "x.zip", tmp_path / "out", checksum=one)
+    out = extract(tmp_path / "a" / "x.zip", tmp_path / "out", checksum=one)
     (out / "top" / "mine.txt").write_text("not the archive's")
     (out / "top" / "v.txt").write_text("edited")
-    sources.extract(tmp_path / "a" / "x.zip", out, checksum=one)
+    extract(tmp_path / "a" / "x.zip", out, checksum=one)
     assert (out / "top" / "v.txt").read_text() == "edited"  # same archive: not extracted again
-    sources.extract(tmp_path / "b" / "x.zip", out)  # no checksum: the marker is trusted
+    extract(tmp_path / "b" / "x.zip", out)  # no checksum: the marker is trusted
     assert (out / "top" / "old.txt").exists()
-    sources.extract(tmp_path / "b" / "x.zip", out, checksum=two)
+    extract(tmp_path / "b" / "x.zip", out, checksum=two)
     assert (out / "top" / "v.txt").read_bytes() == b"2" and (out / "top" / "w.txt").read_bytes() == b"new"
     assert not (out / "top" / "old.txt").exists()  # the old archive's members went
     assert (out / "top" / "mine.txt").exists()  # what no archive wrote stays
@@ -63,12 +66,12 @@ def test_archives_share_a_tree_each_with_its_marker(tmp_path):
     a = replicas.write_tar(tmp_path / "images_000.tar", {"0/0/1/001.jpg": b"a"})
     b = replicas.write_tar(tmp_path / "images_001.tar", {"0/0/2/002.jpg": b"b", "1/0/0/100.jpg": b"c"})
     tree = tmp_path / "tree" / "train"
-    sources.extract(tmp_path / "images_000.tar", tree, checksum=a)
-    sources.extract(tmp_path / "images_001.tar", tree, checksum=b)
+    extract(tmp_path / "images_000.tar", tree, checksum=a)
+    extract(tmp_path / "images_001.tar", tree, checksum=b)
     assert sorted(str(p.relative_to(tree)) for p in tree.rglob("*.jpg")) == ["0/0/1/001.jpg", "0/0/2/002.jpg",
                                                                             "1/0/0/100.jpg"]
-    assert sources.is_extracted("images_000.tar", tree, a) and sources.is_extracted("images_001.tar", tree, b)
-    assert not sources.is_extracted("images_001.tar", tree, a)
+    assert is_extracted("images_000.tar", tree, a) and is_extracted("images_001.tar", tree, b)
+    assert not is_extracted("images_001.tar", tree, a)
 
 
 def test_interrupted_extraction_is_redone(tmp_path, monkeypatch):
@@ -79,13 +82,13 @@ def test_interrupted_extraction_is_redone(tmp_path, monkeypatch):
         (directory / "top" / "a.txt").write_bytes(b"half")
         raise KeyboardInterrupt
 
-    real = sources._extract_into
-    monkeypatch.setattr(sources, "_extract_into", dies)
+    real = _extract_into
+    monkeypatch.setattr(archives, "_extract_into", dies)
     with pytest.raises(KeyboardInterrupt):
-        sources.extract(tmp_path / "x.zip", tmp_path / "out", checksum=checksum)
-    assert not sources.is_extracted("x.zip", tmp_path / "out")
-    monkeypatch.setattr(sources, "_extract_into", real)
-    sources.extract(tmp_path / "x.zip", tmp_path / "out", checksum=checksum)
+        extract(tmp_path / "x.zip", tmp_path / "out", checksum=checksum)
+    assert not is_extracted("x.zip", tmp_path / "out")
+    monkeypatch.setattr(archives, "_extract_into", real)
+    extract(tmp_path / "x.zip", tmp_path / "out", checksum=checksum)
     assert (tmp_path / "out" / "top" / "a.txt").read_bytes() == b"a"
 
 
@@ -96,8 +99,8 @@ def test_truncated_archive_is_a_clear_error_and_leaves_no_marker(tmp_path, name)
     data = (tmp_path / name).read_bytes()
     (tmp_path / name).write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match=rf"{name}.*truncated or corrupt"):
-        sources.extract(tmp_path / name, tmp_path / "out")
-    assert not sources.is_extracted(name, tmp_path / "out")
+        extract(tmp_path / name, tmp_path / "out")
+    assert not is_extracted(name, tmp_path / "out")
 
 
 @pytest.mark.parametrize("member", ["../escape.txt", "/abs.txt", "top/../../escape.txt"])
@@ -108,7 +111,7 @@ def test_path_traversal_member_is_refused_before_writing(tmp_path, member):
         zf.writestr("top/fine.txt", b"ok")
         zf.writestr(member, b"evil")
     with pytest.raises(ValueError, match="would escape the destination"):
-        sources.extract(tmp_path / "evil.zip", tmp_path / "out")
+        extract(tmp_path / "evil.zip", tmp_path / "out")
     assert not (tmp_path / "out").exists() and not (tmp_path / "escape.txt").exists()
 
 
@@ -124,7 +127,7 @@ def test_tar_link_member_is_refused(tmp_path):
         data.size = 1
         tf.addfile(data, io.BytesIO(b"a"))
     with pytest.raises(ValueError, match="is a link"):
-        sources.extract(tmp_path / "links.tar", tmp_path / "out")
+        extract(tmp_path / "links.tar", tmp_path / "out")
 
 
 def test_someone_elses_folder_is_not_extracted_into(tmp_path):
@@ -132,19 +135,19 @@ def test_someone_elses_folder_is_not_extracted_into(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "theirs.txt").write_text("x")
     with pytest.raises(FileExistsError, match="not extracted by rankrepro"):
-        sources.extract(tmp_path / "x.zip", tmp_path / "out")
+        extract(tmp_path / "x.zip", tmp_path / "out")
 
 
 def test_checksum_lock_records_once_and_is_shared(tmp_path):
     (tmp_path / "f.bin").write_bytes(b"data")
-    lock = sources.ChecksumLock(tmp_path)
+    lock = ChecksumLock(tmp_path)
     assert lock.get("src/f.bin") is None
     lock.record({"src/f.bin": tmp_path / "f.bin"})
     recorded = lock.get("src/f.bin")
     assert recorded == "sha256:" + hashlib.sha256(b"data").hexdigest()
     (tmp_path / "f.bin").write_bytes(b"changed")
     lock.record({"src/f.bin": tmp_path / "f.bin"})  # never replaced
-    assert sources.ChecksumLock(tmp_path).get("src/f.bin") == recorded
+    assert ChecksumLock(tmp_path).get("src/f.bin") == recorded
 
 
 def test_replicas_module_imports_no_dataset():
@@ -161,13 +164,13 @@ def test_reverify(tmp_path):
     path = tmp_path / "f.bin"
     path.write_bytes(b"payload")
     checksum = "md5:" + hashlib.md5(b"payload").hexdigest()
-    assert not sources.is_verified(path, checksum) and sources.recorded_checksum(path) is None
-    assert sources.reverify(path, checksum) == path
-    assert sources.is_verified(path, checksum) and sources.recorded_checksum(path) == checksum
-    assert not sources.is_verified(path, "md5:" + "0" * 32)
+    assert not is_verified(path, checksum) and recorded_checksum(path) is None
+    assert reverify(path, checksum) == path
+    assert is_verified(path, checksum) and recorded_checksum(path) == checksum
+    assert not is_verified(path, "md5:" + "0" * 32)
     path.write_bytes(b"payload, changed")
-    assert not sources.is_verified(path, checksum)
-    with pytest.raises(sources.ChecksumError, match=f"{path}.*expected {checksum}"):
-        sources.reverify(path, checksum)
+    assert not is_verified(path, checksum)
+    with pytest.raises(ChecksumError, match=f"{path}.*expected {checksum}"):
+        reverify(path, checksum)
     with pytest.raises(FileNotFoundError, match="absent"):
-        sources.reverify(tmp_path / "absent", checksum)
+        reverify(tmp_path / "absent", checksum)

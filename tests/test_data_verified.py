@@ -9,9 +9,11 @@ import pytest
 
 from datautil import replica_archive
 from rankrepro.cli import main
-from rankrepro.data import datasets, sources
+from rankrepro.data import checksums, datasets
+from rankrepro.data.checksums import VERIFIED_SUFFIX, file_digest, is_verified
+from rankrepro.data.errors import EXIT_CHECKSUM, EXIT_DOWNLOAD
 from rankrepro.data.datasets.base import Dataset, SourceFile
-from rankrepro.data.sources import ChecksumError, ManualDownloadRequired
+from rankrepro.data.errors import ChecksumError, ManualDownloadRequired
 
 SOP = datasets.load("sop")
 
@@ -32,19 +34,19 @@ def downloaded(replica, tmp_path):
 
 
 def sidecar(path):
-    return json.loads(path.with_name(path.name + sources.VERIFIED_SUFFIX).read_text())
+    return json.loads(path.with_name(path.name + VERIFIED_SUFFIX).read_text())
 
 
 def count_hashing(monkeypatch):
     """A list that grows by the path of every file hashed from now on."""
     hashed = []
-    real = sources.file_digest
+    real = file_digest
 
     def spy(path, algo):
         hashed.append(str(path))
         return real(path, algo)
 
-    monkeypatch.setattr(sources, "file_digest", spy)
+    monkeypatch.setattr(checksums, "file_digest", spy)
     return hashed
 
 
@@ -155,7 +157,7 @@ def test_cli_checksum_mismatch_exits_3_naming_file_url_and_digests(replica, tmp_
     wrong = "md5:" + "0" * 32
     with pytest.raises(SystemExit) as exit_:
         main(["download", "sop", "--data-root", str(tmp_path), "--url", archive.as_uri(), "--checksum", wrong])
-    assert exit_.value.code == sources.EXIT_CHECKSUM == 3
+    assert exit_.value.code == EXIT_CHECKSUM == 3
     err = capsys.readouterr().err
     actual = "md5:" + hashlib.md5(archive.read_bytes()).hexdigest()
     for part in ("ChecksumError", "Stanford_Online_Products.zip", archive.as_uri(), wrong, actual):
@@ -169,7 +171,7 @@ def test_cli_download_and_prepare_exit_codes(replica, http_server, tmp_path, cap
     archive = tmp_path / "rep" / "Stanford_Online_Products.zip"
     assert main(["download", "sop", "--data-root", str(data_root), "--replica-dir", str(archive.parent)]) == 0
     path = data_root / "downloads" / "sop" / "Stanford_Online_Products.zip"
-    assert sources.is_verified(path, archive.with_name(archive.name + ".sha256").read_text().strip())
+    assert is_verified(path, archive.with_name(archive.name + ".sha256").read_text().strip())
     record = data_root / "downloads" / "sop" / "download.json"
     assert json.loads(record.read_text())["files"][path.name]["size"] == path.stat().st_size
     path.write_bytes(path.read_bytes()[:-10])
@@ -180,4 +182,4 @@ def test_cli_download_and_prepare_exit_codes(replica, http_server, tmp_path, cap
     url = http_server.url("/absent.zip")
     with pytest.raises(SystemExit) as exit_:
         main(["download", "sop", "--data-root", str(tmp_path / "other"), "--url", url])
-    assert exit_.value.code == sources.EXIT_DOWNLOAD == 5 and "HTTP 404" in capsys.readouterr().err
+    assert exit_.value.code == EXIT_DOWNLOAD == 5 and "HTTP 404" in capsys.readouterr().err

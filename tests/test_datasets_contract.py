@@ -11,7 +11,9 @@ import json
 
 import pytest
 
-from rankrepro.data import datasets, sources
+from rankrepro.data import datasets
+from rankrepro.data.checksums import file_digest, parse_checksum
+from rankrepro.data.errors import ChecksumError
 from rankrepro.data.manifest import META_JSON, level_columns
 from rankrepro.metrics.protocols import PROTOCOLS
 
@@ -49,7 +51,7 @@ def test_facts_are_json_and_complete(name):
     for f in files:
         assert f.url or dataset.manual, f"{name}: {f.name} has no url but the dataset is not manual"
         if f.checksum:
-            sources.parse_checksum(f.checksum)
+            parse_checksum(f.checksum)
     if dataset.manual:
         assert dataset.how_to_get
     for split, counts in dataset.expected_counts.items():
@@ -107,12 +109,12 @@ def test_a_truncated_archive_is_a_clear_error_and_no_output(name, tmp_path):
     victim = tmp_path / "replica" / archives[0]
     data = victim.read_bytes()
     victim.write_bytes(data[: len(data) // 2])
-    with pytest.raises(sources.ChecksumError, match=archives[0].split("/")[-1]):
+    with pytest.raises(ChecksumError, match=archives[0].split("/")[-1]):
         dataset.download(tmp_path / "data", replica_dir=tmp_path / "replica")
     assert not (tmp_path / "data" / "downloads" / dataset.source_name / "download.json").exists()
     # the same truncated archive, its checksum stated as if it were whole: extraction fails clearly
     (tmp_path / "replica" / "replica.json").write_text(json.dumps(
-        {"dataset": name, "files": {**checksums, archives[0]: "sha256:" + sources.file_digest(victim, "sha256")}}))
+        {"dataset": name, "files": {**checksums, archives[0]: "sha256:" + file_digest(victim, "sha256")}}))
     record = dataset.download(tmp_path / "data2", replica_dir=tmp_path / "replica")
     with pytest.raises(ValueError, match="truncated or corrupt"):
         dataset.prepare(record, tmp_path / "m", data_root=tmp_path / "data2", replica=True)
@@ -151,7 +153,7 @@ def test_a_path_traversal_member_is_refused_and_no_output(name, tmp_path):
             dst.addfile(info, io.BytesIO(b"evil"))
         victim.write_bytes(plain.read_bytes())  # an uncompressed tar under the .tar(.gz) name: still a tar
     (tmp_path / "replica" / "replica.json").write_text(json.dumps(
-        {"dataset": name, "files": {**checksums, archives[0]: "sha256:" + sources.file_digest(victim, "sha256")}}))
+        {"dataset": name, "files": {**checksums, archives[0]: "sha256:" + file_digest(victim, "sha256")}}))
     record = dataset.download(tmp_path / "data", replica_dir=tmp_path / "replica")
     with pytest.raises(ValueError, match="would escape the destination"):
         dataset.prepare(record, tmp_path / "m", data_root=tmp_path / "data", replica=True)

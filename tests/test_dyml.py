@@ -13,7 +13,8 @@ import zipfile
 import pandas as pd
 import pytest
 
-from rankrepro.data import datasets, sources
+from rankrepro.data import datasets
+from rankrepro.data.errors import ManualDownloadRequired
 from rankrepro.data.datasets import dyml
 from rankrepro.data.manifest import META_JSON
 
@@ -159,7 +160,7 @@ def test_manifest_matches_the_files(replicas, domain, tmp_path):
 def test_manual_message_names_the_file_and_the_alternatives(tmp_path):
     for domain in DOMAINS:
         name = f"dyml_{domain}"
-        with pytest.raises(sources.ManualDownloadRequired) as err:
+        with pytest.raises(ManualDownloadRequired) as err:
             datasets.load(name).download(tmp_path / "data")
         message = str(err.value)
         where = (tmp_path / "data" / "downloads" / name / f"{name}.zip").absolute()

@@ -11,7 +11,9 @@ import tarfile
 
 import pytest
 
-from rankrepro.data import datasets, sources
+from rankrepro.data import datasets
+from rankrepro.data.checksums import recorded_checksum
+from rankrepro.data.errors import ChecksumError
 from rankrepro.data.datasets import gldv2
 from rankrepro.data.manifest import META_JSON
 
@@ -132,7 +134,7 @@ def test_replica_layout(replica):
 def test_shards_are_verified_against_their_md5_files(prepared, replica):
     downloads = prepared["data_root"] / "downloads" / "gldv2"
     for shard, md5_file in MD5_OF.items():
-        assert sources.recorded_checksum(downloads / shard) == "md5:" + (replica / md5_file).read_text().split()[0]
+        assert recorded_checksum(downloads / shard) == "md5:" + (replica / md5_file).read_text().split()[0]
     tree = prepared["data_root"] / "gldv2"
     assert (tree / "md5sum" / "index" / "md5.images_000.txt").is_file()
     assert prepared["gldv2"].root == prepared["gldv2_hier"].root == tree.resolve()
@@ -143,11 +145,11 @@ def test_a_shard_whose_md5_file_disagrees(replica, tmp_path):
     shutil.copytree(replica, bucket)
     (bucket / "md5sum/index/md5.images_000.txt").write_text("0" * 32 + "  images_000.tar\n")
     dataset = local("gldv2", bucket)
-    with pytest.raises(sources.ChecksumError, match=r"index/images_000\.tar.*expected md5:0{32}"):
+    with pytest.raises(ChecksumError, match=r"index/images_000\.tar.*expected md5:0{32}"):
         dataset.download(tmp_path / "data")
     assert not (tmp_path / "data" / "downloads" / "gldv2" / "download.json").exists()
     (bucket / "md5sum/index/md5.images_000.txt").write_text("")
-    with pytest.raises(sources.ChecksumError, match=r"md5\.images_000\.txt: no md5 .*index/images_000\.tar"):
+    with pytest.raises(ChecksumError, match=r"md5\.images_000\.txt: no md5 .*index/images_000\.tar"):
         dataset.download(tmp_path / "data2")
 
 

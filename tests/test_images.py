@@ -5,7 +5,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from rankrepro.data import datasets
-from rankrepro.data.images import ImageDataset, ImageReadError
+from rankrepro.data.image_files import ImageReadError
+from rankrepro.data.images import ImageDataset
 from rankrepro.data.manifest import read_manifest
 from rankrepro.data import transforms
 from datautil import replica_archive

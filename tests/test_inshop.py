@@ -9,7 +9,8 @@ import zipfile
 import pytest
 from PIL import Image
 
-from rankrepro.data import datasets, sources
+from rankrepro.data import datasets
+from rankrepro.data.errors import ManualDownloadRequired
 from rankrepro.data.datasets import inshop
 
 INSHOP = datasets.load("inshop")
@@ -68,7 +69,7 @@ def test_facts_and_sources():
 
 
 def test_manual_download_message(tmp_path):
-    with pytest.raises(sources.ManualDownloadRequired) as err:
+    with pytest.raises(ManualDownloadRequired) as err:
         INSHOP.download(tmp_path)
     message = str(err.value)
     folder = tmp_path.absolute() / "downloads" / "inshop"

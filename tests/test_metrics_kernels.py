@@ -1,4 +1,4 @@
-"""The CPU rank-counting kernel of rankrepro.metrics.ranking against brute-force counts.
+"""The CPU rank-counting kernel of rankrepro.metrics.full_list against brute-force counts.
 
 ``rank_relevant`` puts the relevant items of each query in ranking order (decreasing score, then
 decreasing gallery index) and counts, for each, the row entries above it (and at or above it),
@@ -16,17 +16,15 @@ import pytest
 
 import torch
 
-from rankrepro.metrics import cpu_kernels
-from rankrepro.metrics.ranking import BIG, LabelIndex, rank_relevant, sort_path
+from rankrepro.metrics.full_list import rank_relevant, sort_path
+from rankrepro.metrics.inputs import LabelIndex
+from rankrepro.metrics.ranking import BIG
+from rankrepro.metrics.workers import Workers
 
 
 def _torch_path(s, index, rows, c_rel):
     """The same tuple from ``sort_path``'s torch code (the CUDA path, run on CPU)."""
-    prev = cpu_kernels.set_enabled(False)
-    try:
-        r = sort_path(torch.from_numpy(s), index, rows, c_rel)
-    finally:
-        cpu_kernels.set_enabled(prev)
+    r = sort_path(torch.from_numpy(s), index, rows, c_rel, Workers(compiled=False))
     after = torch.where(r.depth > 0, r.rank_index - r.gt - 1, torch.zeros_like(r.gt))
     return tuple(x.numpy() for x in (r.vals, r.cols, r.depth, r.gt, r.ge, after))
 
@@ -115,7 +113,6 @@ def test_compiled_count_cmp_equals_numpy(op):
     # selected (repeated) rows, on data with exact ties and the excluded item at -inf
     import torch
 
-    from rankrepro.metrics import cpu_kernels
     from rankrepro.metrics.ranking import count_cmp
 
     rng = np.random.default_rng(11)
@@ -124,11 +121,8 @@ def test_compiled_count_cmp_equals_numpy(op):
     t = s[:, 7].clone()
     rows = torch.tensor([4, 0, 4, 8])
     got = [count_cmp(s, t, op), count_cmp(s, t[:4], op, rows=rows)]
-    prev = cpu_kernels.set_enabled(False)
-    try:
-        ref = [count_cmp(s, t, op), count_cmp(s, t[:4], op, rows=rows)]
-    finally:
-        cpu_kernels.set_enabled(prev)
+    torch_code = Workers(compiled=False)
+    ref = [count_cmp(s, t, op, workers=torch_code), count_cmp(s, t[:4], op, rows=rows, workers=torch_code)]
     for a, b in zip(got, ref):
         assert torch.equal(a, b)
     cmp = np.greater if op == "gt" else np.equal
@@ -141,7 +135,8 @@ def test_compiled_metrics_equal_the_torch_code(ties, tied):
     # the full-list ranks and metrics run as compiled kernels on CPU; with them switched off the
     # torch code (the CUDA path: row sort + searchsorted, tensor metrics) runs instead and is the
     # reference: same values on three-level labels, with and without exact score ties
-    from rankrepro.metrics import compute, cpu_kernels
+    from rankrepro.metrics import compute
+    from rankrepro.metrics.core import compute_plain
 
     rng = np.random.default_rng(7 if tied else 8)
     x = rng.standard_normal((150, 5))
@@ -151,11 +146,7 @@ def test_compiled_metrics_equal_the_torch_code(ties, tied):
     names = ["mAP", "mAP_level1", "mAP_level2", "H-AP", "ΣwAP", "ASI", "ASI_level1", "NDCG", "NDCG_level0",
              "NDCG_level2"]
     got = compute(x.astype(np.float32), lab, metrics=names, ties=ties, per_query=True)
-    prev = cpu_kernels.set_enabled(False)
-    try:
-        ref = compute(x.astype(np.float32), lab, metrics=names, ties=ties, per_query=True)
-    finally:
-        cpu_kernels.set_enabled(prev)
+    ref = compute_plain(x.astype(np.float32), lab, metrics=names, ties=ties, per_query=True, compiled=False)
     for name in names:
         np.testing.assert_allclose(got["per_query"][name], ref["per_query"][name], rtol=1e-12, atol=1e-12,
                                    err_msg=name)
@@ -166,7 +157,8 @@ def test_compiled_metrics_equal_the_torch_code(ties, tied):
 def test_blocked_layout_equals_contiguous(op):
     # the counting path keeps a chunk's scores as column blocks laid one after the other; the
     # kernels that read them in place must agree with the same scores in one [b, m] array
-    from rankrepro.metrics.ranking import BlockScores, count_cmp
+    from rankrepro.metrics.chunks import BlockScores
+    from rankrepro.metrics.ranking import count_cmp
 
     rng = np.random.default_rng(7)
     b, m, bc = 9, 1000, 96  # last block narrower

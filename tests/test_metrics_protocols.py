@@ -213,13 +213,13 @@ def test_protocol_names_are_exactly_the_manifest_strings():
                                   "gldv2-official", "face", "ijbc"])
 def test_device_reaches_every_protocol(name, monkeypatch):
     """``device`` is where every protocol scores: each embedding conversion is asked for it."""
-    from rankrepro.metrics import core, protocols, ranking
+    from rankrepro.metrics import core, inputs, protocols
 
     seen = []
 
     def spy(x, what, device=None):
         seen.append((what, device))
-        return ranking.as_embeddings(x, what, device)
+        return inputs.as_embeddings(x, what, device)
 
     monkeypatch.setattr(core, "as_embeddings", spy)
     monkeypatch.setattr(protocols, "as_embeddings", spy)

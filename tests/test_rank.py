@@ -7,18 +7,9 @@ import math
 import pytest
 import torch
 
-from rankrepro.losses.rank import (
-    HeavisideStep,
-    SigmoidStep,
-    SupRankStep,
-    ap_head,
-    happier_relevance,
-    ideal_dcg,
-    prepare_lists,
-    relevant_ranks,
-    shared_levels,
-    sup_heaviside,
-)
+from rankrepro.losses.rank import ap_head, ideal_dcg, prepare_lists, relevant_ranks
+from rankrepro.losses.relevance import happier_relevance, shared_levels
+from rankrepro.losses.steps import HeavisideStep, SigmoidStep, SupRankStep, sup_heaviside
 
 
 from lossutil import h_minus as h_minus_ref  # noqa: E402  (paper eq. 4, the one reference)

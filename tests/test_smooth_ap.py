@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from rankrepro.losses import SmoothAP, build, names
-from rankrepro.losses.rank import APLoss, SigmoidStep
+from rankrepro.losses.rank import APLoss
+from rankrepro.losses.steps import SigmoidStep
 from rankrepro.losses.registry import HyperParameterError
 
 from lossutil import uneven_labels, unit

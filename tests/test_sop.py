@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from rankrepro.data import datasets, replicas, sources
+from rankrepro.data import datasets, replicas
+from rankrepro.data.checksums import verify
 from rankrepro.data.datasets import sop
 from rankrepro.data.manifest import read_manifest
 from rankrepro.registry import UnknownNameError
@@ -81,7 +82,7 @@ def test_facts_are_json_and_need_no_torch():
 
 def test_replica_is_deterministic_and_in_sop_layout(replica, tmp_path):
     archive, checksum = replica
-    assert checksum.startswith("sha256:") and sources.verify(archive, checksum)
+    assert checksum.startswith("sha256:") and verify(archive, checksum)
     assert archive.with_name(archive.name + ".sha256").read_text().strip() == checksum
     again = replica_archive("sop", tmp_path / "a.zip", classes_per_super=CLASSES_PER_SUPER, seed=1)
     other = replica_archive("sop", tmp_path / "b.zip", classes_per_super=CLASSES_PER_SUPER, seed=2)

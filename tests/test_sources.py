@@ -9,8 +9,12 @@ import zipfile
 
 import pytest
 
-from rankrepro.data import sources
-from rankrepro.data.sources import ChecksumError, DownloadError, ManualDownloadRequired
+from rankrepro.data import downloads
+from rankrepro.data.archives import extract, is_extracted
+from rankrepro.data.checksums import verify
+from rankrepro.data.downloads import download
+from rankrepro.data.errors import ChecksumError, DownloadError, ManualDownloadRequired
+from rankrepro.data.sources import require_files
 
 PAYLOAD = bytes(range(256)) * 40  # 10,240 bytes
 SHA = "sha256:" + hashlib.sha256(PAYLOAD).hexdigest()
@@ -20,12 +24,12 @@ MD5 = "md5:" + hashlib.md5(PAYLOAD).hexdigest()
 @pytest.fixture(autouse=True)
 def fast_backoff(monkeypatch):
     """Shorten the retry backoff (not Retry-After) so the suite stays quick."""
-    monkeypatch.setattr(sources, "BACKOFF_S", 0.01)
+    monkeypatch.setattr(downloads, "BACKOFF_S", 0.01)
 
 
 def fetch(url, dest, checksum=SHA, **kw):
     kw.setdefault("progress", False)
-    return sources.download(url, dest, checksum, chunk_size=1000, **kw)
+    return download(url, dest, checksum, chunk_size=1000, **kw)
 
 
 def leftovers(directory):
@@ -37,7 +41,7 @@ def test_download_verifies_and_renames(http_server, tmp_path, checksum, capsys):
     url = http_server.add("/data.bin", PAYLOAD)
     dest = fetch(url, tmp_path / "out" / "data.bin", checksum, progress=True)
     assert dest.read_bytes() == PAYLOAD
-    assert sources.verify(dest, checksum)
+    assert verify(dest, checksum)
     assert leftovers(dest.parent) == ["data.bin"]
     assert "data.bin" in capsys.readouterr().err
 
@@ -203,11 +207,11 @@ def make_tgz(path, members):
 @pytest.mark.parametrize("make", [make_zip, make_tgz])
 def test_extract_once_with_marker(tmp_path, make):
     archive = make(tmp_path / "a.arc", {"top/x.txt": b"x", "top/sub/y.txt": b"y"})
-    out = sources.extract(archive, tmp_path / "out")
+    out = extract(archive, tmp_path / "out")
     assert (out / "top" / "sub" / "y.txt").read_bytes() == b"y"
-    assert sources.is_extracted("a.arc", out)
+    assert is_extracted("a.arc", out)
     (out / "top" / "x.txt").write_bytes(b"edited")
-    sources.extract(archive, out)  # marker present: skipped
+    extract(archive, out)  # marker present: skipped
     assert (out / "top" / "x.txt").read_bytes() == b"edited"
     assert leftovers(tmp_path) == ["a.arc", "out"]
 
@@ -217,7 +221,7 @@ def test_extract_once_with_marker(tmp_path, make):
 def test_extract_refuses_path_traversal(tmp_path, make, evil):
     archive = make(tmp_path / "a.arc", {"top/ok.txt": b"ok", evil: b"evil"})
     with pytest.raises(ValueError, match="escape"):
-        sources.extract(archive, tmp_path / "sub" / "out")
+        extract(archive, tmp_path / "sub" / "out")
     assert leftovers(tmp_path) == ["a.arc"]  # refused before anything is written
 
 
@@ -226,7 +230,7 @@ def test_extract_refuses_unmarked_existing_dir(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "theirs.txt").write_text("someone else's")
     with pytest.raises(FileExistsError, match="out"):
-        sources.extract(archive, tmp_path / "out")
+        extract(archive, tmp_path / "out")
 
 
 def test_require_files_lists_every_problem(tmp_path):
@@ -235,7 +239,7 @@ def test_require_files_lists_every_problem(tmp_path):
     files = {"good.bin": (SHA, None), "bad.bin": (MD5, 3), "sub/missing.tar": ("sha256:" + "ab" * 32, 123_456),
              "nochecksum.txt": (None, None)}
     with pytest.raises(ManualDownloadRequired) as err:
-        sources.require_files(tmp_path, files, "gldv2", "sign the licence at https://example.org")
+        require_files(tmp_path, files, "gldv2", "sign the licence at https://example.org")
     message = str(err.value)
     assert "good.bin" not in message
     assert "gldv2" in message and "https://example.org" in message
@@ -245,4 +249,4 @@ def test_require_files_lists_every_problem(tmp_path):
     assert "123,456 bytes" in message
     assert f"{tmp_path / 'nochecksum.txt'}" in message and "no published checksum" in message
     del files["bad.bin"], files["sub/missing.tar"], files["nochecksum.txt"]
-    assert sources.require_files(tmp_path, files, "gldv2", "") == tmp_path
+    assert require_files(tmp_path, files, "gldv2", "") == tmp_path

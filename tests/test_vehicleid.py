@@ -7,7 +7,8 @@ import zipfile
 import pytest
 from PIL import Image
 
-from rankrepro.data import datasets, sources
+from rankrepro.data import datasets
+from rankrepro.data.errors import ManualDownloadRequired
 from rankrepro.data.datasets import vehicleid
 
 VEHICLEID = datasets.load("vehicleid")
@@ -71,7 +72,7 @@ def test_facts_and_sources():
 
 
 def test_manual_download_message(tmp_path):
-    with pytest.raises(sources.ManualDownloadRequired) as err:
+    with pytest.raises(ManualDownloadRequired) as err:
         VEHICLEID.download(tmp_path)
     message = str(err.value)
     assert "pkuml.org/resources/pku-vehicleid.html" in message

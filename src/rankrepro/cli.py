@@ -23,10 +23,11 @@ def cmd_replica(args) -> None:
 
 def cmd_download(args) -> None:
     """Exit status 3: checksum mismatch, 4: manual download required, 5: download failed after
-    the in-job retries (rankrepro.data.sources.exit_codes); a rerun at once would not help."""
-    from rankrepro.data import datasets, sources
+    the in-job retries (rankrepro.data.errors.exit_codes); a rerun at once would not help."""
+    from rankrepro.data import datasets
+    from rankrepro.data.errors import exit_codes
 
-    with sources.exit_codes():
+    with exit_codes():
         record = datasets.load(args.dataset).download(args.data_root, url=args.url, checksum=args.checksum,
                                                       replica_dir=args.replica_dir)
     print(f"downloaded {args.dataset} -> {record}")
@@ -34,9 +35,10 @@ def cmd_download(args) -> None:
 
 def cmd_prepare(args) -> None:
     """Exit status 3: the archive no longer matches its checksum (see cmd_download)."""
-    from rankrepro.data import datasets, sources
+    from rankrepro.data import datasets
+    from rankrepro.data.errors import exit_codes
 
-    with sources.exit_codes():
+    with exit_codes():
         manifest = datasets.load(args.dataset).prepare(args.source, args.out, data_root=args.data_root,
                                                        replica=args.replica)
     print(json.dumps(manifest.meta["counts"]))
@@ -55,13 +57,6 @@ def _threads(n: int | None) -> None:
         torch.set_num_threads(n)
 
 
-def _image_cache(path: str | None) -> None:
-    """The image cache of the datasets built next in this process (None: the originals)."""
-    from rankrepro.data.images import use_image_cache
-
-    use_image_cache(path)
-
-
 def cmd_cache(args) -> None:
     from rankrepro.data.cache import build_cache
 
@@ -74,15 +69,11 @@ def cmd_train(args) -> None:
     from rankrepro.engine.train import train
 
     _threads(args.threads)
-    _image_cache(args.image_cache)
     run_path = Path(args.run)
     model = train(_json(args.run), args.manifest, run_path.parent, device=args.device, num_workers=args.num_workers,
-                  run_id=run_path.parent.name, progress=not args.no_progress)
-    if args.evaluate_out:
-        from rankrepro.data.images import use_image_cache
-
-        use_image_cache(args.eval_image_cache)  # the evaluation transform's cache, or the originals
-        _evaluate(args, model, args.evaluate_out)
+                  run_id=run_path.parent.name, progress=not args.no_progress, image_cache=args.image_cache)
+    if args.evaluate_out:  # the evaluation transform's cache, or the originals
+        _evaluate(args, model, args.evaluate_out, args.eval_image_cache)
 
 
 def cmd_train_batch(args) -> None:
@@ -98,18 +89,18 @@ def cmd_train_batch(args) -> None:
 
 def cmd_evaluate(args) -> None:
     _threads(args.threads)
-    _image_cache(args.image_cache)
-    _evaluate(args, args.model, args.out)
+    _evaluate(args, args.model, args.out, args.image_cache)
 
 
-def _evaluate(args, model, out) -> None:
-    """Evaluate ``args.run``'s ``model`` into ``out`` (metrics.json) and, with ``--curve``, plot the
-    run's training curve (history.csv beside run.json, the final metrics in the title)."""
+def _evaluate(args, model, out, image_cache: str | None) -> None:
+    """Evaluate ``args.run``'s ``model`` into ``out`` (metrics.json), its datasets read from
+    ``image_cache`` (None: the originals), and, with ``--curve``, plot the run's training curve
+    (history.csv beside run.json, the final metrics in the title)."""
     from rankrepro.engine.evaluate import evaluate
 
     result = evaluate(_json(args.run), args.manifest, model, out, device=args.device,
                       num_workers=args.num_workers, batch_size=args.batch_size, run_id=Path(args.run).parent.name,
-                      progress=not args.no_progress)
+                      progress=not args.no_progress, image_cache=image_cache)
     if args.curve:
         from rankrepro.tables.plots import training_curve
 

@@ -8,7 +8,7 @@ random L2-normalised embeddings (a leaf tensor), hierarchical labels [B, 2] for 
 loss (flat losses use column 0; fine classes drawn from 1000, 10 coarse classes), each
 loss built with its defaults and the training-set sizes as build context (``num_classes`` =
 1000, ``num_classes_per_level`` = [1000, 10], ``embedding_size`` = 512; a loss gets those
-its signature takes). Time: median
+its signature takes). Timing and peak memory by :mod:`rankrepro.timing`. Time: median
 of ``repeats`` forward+backward passes after ``warmup`` untimed ones. Peak memory: the
 largest amount of memory held above the inputs during one forward+backward —
 ``torch.profiler`` with ``profile_memory=True`` on CPU (allocation events accumulated
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import csv
 import io
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,34 +33,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-__all__ = ["main", "run", "build_with_sizes", "bench_labels", "REFERENCES"]
+from rankrepro.timing import bench_labels, build_with_sizes, measure
+
+__all__ = ["main", "run", "REFERENCES"]
 
 #: name of the PML reference row -> the registered loss it is compared with
 REFERENCES = {
     "pml_smooth_ap": "smooth_ap",
     "pml_pnp_dq": "pnp_dq",
 }
-
-
-def build_with_sizes(name: str, num_classes_per_level: list[int], embedding_size: int, **hparams):
-    """``losses.build(name, **hparams)`` with the data sizes as context (given to the losses that take them)."""
-    from rankrepro import losses
-    from rankrepro.losses.registry import data_context
-
-    return losses.build(name, context=data_context(num_classes_per_level, embedding_size), **hparams)
-
-
-def bench_labels(batch_size: int, m: int, num_classes: int, num_coarse: int, seed: int = 0) -> torch.Tensor:
-    """[B, 2] labels: B/m distinct fine classes (contiguous blocks of m), coarse = fine // (C/num_coarse)."""
-    if batch_size % m:
-        raise ValueError(f"batch size {batch_size} is not a multiple of m={m}")
-    n = batch_size // m
-    if n > num_classes:
-        raise ValueError(f"{n} classes per batch > num_classes={num_classes}")
-    g = torch.Generator().manual_seed(seed)
-    fine = torch.randperm(num_classes, generator=g)[:n].repeat_interleave(m)
-    per_coarse = -(-num_classes // num_coarse)
-    return torch.stack([fine, fine // per_coarse], dim=1)
 
 
 def _pml_reference(ref_name: str, ours: torch.nn.Module):
@@ -72,42 +52,6 @@ def _pml_reference(ref_name: str, ours: torch.nn.Module):
     alpha = getattr(ours, "alpha", 4) if ours is not None else 4
     loss = pml.PNPLoss(variant="Dq", alpha=alpha, anneal=0.01)
     return lambda e, y: loss(e, y[:, 0])
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _step(fn, emb, labels):
-    emb.grad = None
-    out = fn(emb, labels)
-    out.backward()
-    if not torch.isfinite(out.detach()).all():
-        raise FloatingPointError(f"non-finite loss {out.item()}")
-
-
-def _cpu_peak_bytes(fn, emb, labels) -> int:
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        _step(fn, emb, labels)
-    deltas = [(e.time_range.start, e.self_cpu_memory_usage) for e in prof.events() if e.self_cpu_memory_usage]
-    deltas.sort(key=lambda t: t[0])
-    cur = peak = 0
-    for _, d in deltas:
-        cur += d
-        peak = max(peak, cur)
-    return peak
-
-
-def _cuda_peak_bytes(fn, emb, labels) -> int:
-    _sync(emb.device)
-    base = torch.cuda.memory_allocated(emb.device)
-    torch.cuda.reset_peak_memory_stats(emb.device)
-    _step(fn, emb, labels)
-    _sync(emb.device)
-    return torch.cuda.max_memory_allocated(emb.device) - base
 
 
 @dataclass
@@ -121,30 +65,6 @@ class Row:
     memory_ratio: float | None = None
     note: str = ""
     extra: dict = field(default_factory=dict)
-
-
-def measure(fn, emb, labels, repeats: int, warmup: int, slow_s: float) -> tuple[float, float, bool]:
-    """(median ms, peak MB, slow) of ``fn(emb, labels).backward()``."""
-    device = emb.device
-    t0 = time.perf_counter()
-    _step(fn, emb, labels)
-    _sync(device)
-    first = time.perf_counter() - t0
-    slow = first > slow_s
-    times = []
-    if slow:
-        times.append(first)
-    else:
-        for _ in range(max(0, warmup - 1)):
-            _step(fn, emb, labels)
-        for _ in range(repeats):
-            _sync(device)
-            t0 = time.perf_counter()
-            _step(fn, emb, labels)
-            _sync(device)
-            times.append(time.perf_counter() - t0)
-    peak = _cuda_peak_bytes(fn, emb, labels) if device.type == "cuda" else _cpu_peak_bytes(fn, emb, labels)
-    return 1e3 * statistics.median(times), peak / 2**20, slow
 
 
 def run(out_dir, batch_sizes=(112, 256, 384), dim: int = 512, m: int = 4, devices=None,

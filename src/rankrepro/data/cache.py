@@ -117,7 +117,7 @@ def _cache_one(task: tuple[str, str, int, int]) -> str:
     from PIL import Image
     from torchvision.transforms import functional as F
 
-    from rankrepro.data.images import READ_ERRORS, ImageReadError
+    from rankrepro.data.image_files import READ_ERRORS, ImageReadError
     from rankrepro.io import atomic_path
 
     src, dst, size, quality = task

@@ -11,32 +11,13 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from rankrepro.data.image_files import READ_ERRORS, ImageReadError
 from rankrepro.data.manifest import Manifest
-
-# what PIL raises on a truncated, corrupt or unidentifiable file (UnidentifiedImageError is an OSError)
-READ_ERRORS = (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError)
-
-
-class ImageReadError(OSError):
-    """An image of a manifest could not be read; the message names the file and the manifest row."""
 
 
 def contiguous_labels(labels: np.ndarray) -> np.ndarray:
     """Each level's labels renumbered 0..C_l-1 (in sorted order of the original ids)."""
     return np.stack([np.unique(col, return_inverse=True)[1] for col in labels.T], axis=1)
-
-
-#: the image cache folder every ImageDataset of this process uses by default (``use_image_cache``)
-_IMAGE_CACHE: Path | None = None
-_DEFAULT = object()
-
-
-def use_image_cache(cache_dir: str | Path | None) -> None:
-    """Make ``cache_dir`` (a :mod:`rankrepro.data.cache` folder, ``results/cache/<dataset>/s<S>``) the
-    default cache of every :class:`ImageDataset` built afterwards in this process (None: none).
-    ``python -m rankrepro train/evaluate --image-cache DIR`` calls it."""
-    global _IMAGE_CACHE
-    _IMAGE_CACHE = None if cache_dir is None else Path(cache_dir)
 
 
 class ImageDataset(Dataset):
@@ -45,18 +26,18 @@ class ImageDataset(Dataset):
     ``contiguous=True`` renumbers each level 0..C_l-1 (what proxy losses need). An
     unreadable image raises :class:`ImageReadError` naming the file and its manifest row.
 
-    ``cache``: a resized image cache folder (default: the one set by :func:`use_image_cache`;
-    None: the originals). It is read only when its ``cache.json`` matches this manifest and
+    ``cache``: a resized image cache folder (:mod:`rankrepro.data.cache`,
+    ``results/cache/<dataset>/s<S>``; ``python -m rankrepro train/evaluate --image-cache DIR``
+    hands it down; None: the originals). It is read only when its ``cache.json`` matches this manifest and
     ``transform`` starts with a compatible resize (:func:`rankrepro.data.cache.check_cache`);
     otherwise the originals are read and an :class:`~rankrepro.data.cache.ImageCacheWarning`
     says why. ``source`` tells which: ``"cache"`` or ``"originals"``.
     """
 
-    def __init__(self, manifest: Manifest, transform, contiguous: bool = False, cache=_DEFAULT):
+    def __init__(self, manifest: Manifest, transform, contiguous: bool = False, cache: str | Path | None = None):
         self.manifest = manifest
         self.paths = manifest.paths()
         self.source = "originals"
-        cache = _IMAGE_CACHE if cache is _DEFAULT else cache
         if cache is not None:
             from rankrepro.data.cache import ImageCacheWarning, check_cache
 

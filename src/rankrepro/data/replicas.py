@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 from PIL import Image
 
-from rankrepro.data import sources
+from rankrepro.data import checksums
 from rankrepro.io import atomic_path
 
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -98,7 +98,7 @@ def _folders(members: dict[str, bytes]) -> list[str]:
 
 def _state_checksum(out_archive: Path) -> str:
     """``"sha256:<hex>"`` of the archive."""
-    return "sha256:" + sources.file_digest(out_archive, "sha256")
+    return "sha256:" + checksums.file_digest(out_archive, "sha256")
 
 
 def write_file(out: str | Path, data: bytes) -> None:

@@ -2,7 +2,8 @@
 
 Every backbone receives these tensors (RGB, pixels in [0, 1], then ImageNet mean/std); one whose
 weights expect another convention converts them first in its forward
-(:class:`rankrepro.models.backbones.InputConvention`: BN-Inception's BGR, 0-255, mean [104, 117, 128]).
+(:class:`rankrepro.models.input_convention.InputConvention`: BN-Inception's BGR, 0-255,
+mean [104, 117, 128]).
 """
 
 from __future__ import annotations

@@ -189,7 +189,7 @@ def protocol_inputs(manifest: Manifest) -> tuple[dict[str, Manifest], Callable[[
 
 def evaluate(run: dict, manifest_dir: str | Path, model_path: str | Path, out_path: str | Path, *,
              device: str = "auto", num_workers: int = 0, batch_size: int = 256, run_id: str = "",
-             progress: bool = True) -> dict:
+             progress: bool = True, image_cache: str | Path | None = None) -> dict:
     """Write ``metrics.json``: the run's ``eval.metrics`` under the dataset's protocol.
 
     The protocol comes from the manifest (``meta["protocol"]``, e.g. ``same-set``: every test
@@ -206,7 +206,8 @@ def evaluate(run: dict, manifest_dir: str | Path, model_path: str | Path, out_pa
     ``"fine/<m>"``, ``"middle/<m>"``, ``"coarse/<m>"``, ``"overall/<m>"`` (DyML Vehicle /
     Animal), ``"level0/<m>"`` ... ``"overall/<m>"`` (DyML Product), the bare names plus
     ``n_scored`` (GLDv2), with the protocol's counts (``.../n_queries`` ...). ``splits`` lists the
-    splits embedded; ``n_images`` counts the distinct images embedded."""
+    splits embedded; ``n_images`` counts the distinct images embedded. ``image_cache``: the resized
+    image cache the embedded datasets read (None: the originals)."""
     dev = resolve_device(device)
     manifest = read_manifest(manifest_dir)
     protocol = manifest.meta["protocol"]
@@ -215,13 +216,13 @@ def evaluate(run: dict, manifest_dir: str | Path, model_path: str | Path, out_pa
                                   f"wired into training runs yet (supported: {', '.join(SUPPORTED_PROTOCOLS)})")
     if protocol not in PROTOCOL_SPLITS:
         return _evaluate_named(run, manifest, model_path, out_path, dev=dev, num_workers=num_workers,
-                               batch_size=batch_size, run_id=run_id, progress=progress)
+                               batch_size=batch_size, run_id=run_id, progress=progress, image_cache=image_cache)
     model = load_model(model_path, dev)
     t0 = time.perf_counter()
     parts = []
     for split in PROTOCOL_SPLITS[protocol]:
         rows = manifest.split(split)
-        emb = embed(model, ImageDataset(rows, test_transform(run["images"])), dev, run["amp"],
+        emb = embed(model, ImageDataset(rows, test_transform(run["images"]), cache=image_cache), dev, run["amp"],
                     batch_size=batch_size, num_workers=num_workers, progress=progress)
         parts += [emb, rows.labels()]
     t_embed = time.perf_counter() - t0
@@ -241,14 +242,14 @@ def evaluate(run: dict, manifest_dir: str | Path, model_path: str | Path, out_pa
 
 
 def _evaluate_named(run: dict, manifest: Manifest, model_path, out_path, *, dev, num_workers: int,
-                    batch_size: int, run_id: str, progress: bool) -> dict:
+                    batch_size: int, run_id: str, progress: bool, image_cache: str | Path | None) -> dict:
     """:func:`evaluate` for the protocols of :func:`protocol_inputs`."""
     protocol = manifest.meta["protocol"]
     parts, inputs = protocol_inputs(manifest)
     distinct, where = distinct_images(parts)
     model = load_model(model_path, dev)
     t0 = time.perf_counter()
-    emb = embed(model, ImageDataset(distinct, test_transform(run["images"])), dev, run["amp"],
+    emb = embed(model, ImageDataset(distinct, test_transform(run["images"]), cache=image_cache), dev, run["amp"],
                 batch_size=batch_size, num_workers=num_workers, progress=progress)
     t_embed = time.perf_counter() - t0
     args, kwargs = inputs({split: emb[where[split]] for split in parts})

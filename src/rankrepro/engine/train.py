@@ -75,14 +75,15 @@ def _history_csv(history: list[dict]) -> str:
 
 
 def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: str = "auto", num_workers: int = 0,
-          run_id: str = "", progress: bool = True,
+          run_id: str = "", progress: bool = True, image_cache: str | Path | None = None,
           on_epoch_end: Callable[[int], None] | None = None) -> Path:
     """Train ``run`` (a complete record, ``run.json``) and write ``model.pt`` and ``history.csv`` into ``out_dir``.
 
     Every value comes from ``run``: a component that lacks one of its parameters (a run planned
     with a stale catalog) fails before anything is built. ``checkpoint.pt`` (in ``out_dir``) is
     written after every epoch and removed once the final outputs exist; a job that finds it
-    resumes from it.
+    resumes from it. ``image_cache``: the resized image cache its datasets read (None: the originals;
+    :class:`~rankrepro.data.images.ImageDataset`).
     """
     check_run(run)
     out_dir = Path(out_dir)
@@ -93,7 +94,7 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
 
     seed_everything(run["seed"])
     manifest = read_manifest(manifest_dir).split(run["train_split"])
-    dataset = ImageDataset(manifest, train_transform(run["images"]), contiguous=True)
+    dataset = ImageDataset(manifest, train_transform(run["images"]), contiguous=True, cache=image_cache)
     sampler = build_sampler(run["sampler"], dataset.labels.numpy(), seed=run["seed"])
     model = build_model(run["model"]).to(dev)
     criterion = build_loss(run["loss"], dataset.labels.numpy(), run["model"]["embed_dim"]).to(dev)
@@ -117,8 +118,8 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
         set_rng_state(state["rng"])
         print(f"resuming {run_id} from {ckpt_path} after epoch {state['epoch']}", file=sys.stderr)
     elif getattr(model, "projection_init", "random") == "pca":  # a fresh run only: a checkpoint holds the result
-        init_projection_pca(model, ImageDataset(manifest, test_transform(run["images"]), contiguous=True), device=dev,
-                            amp=amp, max_images=model.pca_images, seed=run["seed"], num_workers=num_workers)
+        init_projection_pca(model, ImageDataset(manifest, test_transform(run["images"]), contiguous=True,
+                                                cache=image_cache), device=dev, amp=amp, max_images=model.pca_images, seed=run["seed"], num_workers=num_workers)
 
     for epoch in range(start, run["epochs"]):
         frozen = epoch < run["warmup_epochs"]

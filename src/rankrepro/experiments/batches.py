@@ -8,10 +8,10 @@ than a tiny run, and one process trains its batch's runs one after the other
 files, so a run's results do not depend on the batch it fell in.
 
 A batch holds runs that read the same images: the same dataset and the same image caches for
-training and for evaluation (the cache is a process-wide setting). Within such a group the
-runs are sorted by id and cut into consecutive batches of at most N; batch ``k`` of a group
-whose key's first element is dataset ``d`` is named ``<d>_<k>`` (``_<k>`` counted over the
-groups of ``d``). The grouping is a pure function of the plan's run ids and their keys: the
+training and for evaluation (a job gets one ``--image-cache`` and one ``--eval-image-cache``).
+Within such a group the runs are sorted by id and cut into consecutive batches of at most N;
+batch ``k`` of a group whose key's first element is dataset ``d`` is named ``<d>_<k>`` (``_<k>``
+counted over the groups of ``d``). The grouping is a pure function of the plan's run ids and their keys: the
 same plan gives the same batches.
 """
 

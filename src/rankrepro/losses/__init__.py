@@ -12,8 +12,8 @@ lists.
 
 The ranking losses (Smooth-AP, PNP, BlackBox-AP / RaMBO, the SupRank family) are heads over
 one differentiable-rank core, :mod:`rankrepro.losses.rank`: rank and rank+ of each query's
-relevant items with a pluggable step (exact, sigmoid, SupRank's H^-, blackbox), computed in
-query blocks with a recomputing backward.
+relevant items with a pluggable step (:mod:`rankrepro.losses.steps`: exact, sigmoid, SupRank's
+H^-, blackbox), computed in query blocks with a recomputing backward.
 
 Losses are registered in :data:`rankrepro.losses.registry.LOSSES` (a
 :class:`rankrepro.registry.Registry`); variants are registrations with fixed keywords.

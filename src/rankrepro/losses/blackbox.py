@@ -1,7 +1,7 @@
 """Blackbox differentiation of ranking (RaMBO, Rolinek et al., CVPR 2020) and its losses.
 
 * :class:`BlackboxRank` — exact ranks forward, blackbox interpolation backward; the rank
-  core's :class:`~rankrepro.losses.rank.BlackboxStep` (both live in :mod:`rankrepro.losses.rank`).
+  core's :class:`~rankrepro.losses.steps.BlackboxStep` (both live in :mod:`rankrepro.losses.steps`).
 * ``rambo_recall`` — RaMBO's recall loss (eqs. 16-20), ``weight_fn`` "log" / "loglog":
   w(rank - rank+) over the core's blackbox ranks.
 * ``rambo_map`` — RaMBO's AP / mAP loss (eqs. 21-23; official ``MapLoss``) for retrieval: the
@@ -20,8 +20,9 @@ from __future__ import annotations
 import torch
 
 from .inputs import attached_zero, drop_self, no_autocast, retrieval_lists
-from .rank import BlackboxRank, BlackboxStep, ap_head, blackbox_rank, exact_ranks, relevant_ranks
+from .rank import ap_head, relevant_ranks
 from .registry import compose, register
+from .steps import BlackboxRank, BlackboxStep, blackbox_rank, exact_ranks
 
 __all__ = ["BlackboxRank", "BlackboxStep", "blackbox_rank", "exact_ranks", "RaMBORecallLoss", "RaMBOMapLoss",
            "BlackBoxAPLoss"]
@@ -105,7 +106,7 @@ class RaMBORecallLoss(_BlackboxBase):
     *rows*, which never enter the current queries' rankings (see reference/losses.md §3.4);
     that variant is not reproduced. With a reference set, each query's own entry (the
     column ``self_index`` gives; the memory passes it) is removed unless
-    ``include_query``. A head over the rank core (:class:`~rankrepro.losses.rank.BlackboxStep`):
+    ``include_query``. A head over the rank core (:class:`~rankrepro.losses.steps.BlackboxStep`):
     r_i = rank(i) - rank+(i). Cost O(B N log N) time, O(B N) memory. Float32.
     """
 
@@ -179,7 +180,7 @@ class RaMBOMapLoss(_BlackboxBase):
 
     Memory (the paper's last tau batches): ``memory={"size": tau * B}``; each query's own
     entry is the column ``self_index`` gives (the memory passes it). The AP is the rank
-    core's AP head over :class:`~rankrepro.losses.rank.BlackboxStep` ranks.
+    core's AP head over :class:`~rankrepro.losses.steps.BlackboxStep` ranks.
     Cost O(B N log N) time, O(B N) memory. Float32.
     """
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .rank import DEFAULT_MAX_ELEMENTS, RankingLoss, SigmoidStep
+from .rank import DEFAULT_MAX_ELEMENTS, RankingLoss
+from .steps import SigmoidStep
 from .registry import register
 
 __all__ = ["PNPLoss"]

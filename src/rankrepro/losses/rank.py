@@ -7,33 +7,9 @@ For a query with retrieval list Omega (scores ``s_j``, levels ``l_j`` >= 0, rele
     rank+(i) = rel_i + sum_{j in Omega, j != i} R(s_j - s_i) * min(rel_i, rel_j)
 
 (suprank.md §2.0; for binary labels rank+ = 1 + #positives ranked ahead, and with
-hierarchical relevances it is the H-rank+ of eq. 18). The step surrogate is pluggable:
-
-* :class:`HeavisideStep` -- exact H(t) = 1[t >= 0] everywhere (ties count as "ahead",
-  ``torch.heaviside(t, 1)`` in the official code); no gradient. Gives the exact metrics.
-* :class:`SigmoidStep` -- sigma(t / tau) on every pair, for rank and rank+ (Smooth-AP,
-  Smooth-R@k, the sigmoid H-AP / NDCG baselines).
-* :class:`SupRankStep` -- SupRank's H^- (eq. 4) on the pairs where j is *strictly less
-  relevant* than i, the exact H on every other pair and in rank+, so the gradient only
-  flows through rank^- (eq. 5):
-
-  ========================  ==================================================
-  t <= 0                    sigma(t / tau)
-  0 < t <= delta            start + sigma(t / tau)
-  t > delta                 rho * (t - delta) + offset   (``step_fix="post_pr13"``)
-                            rho * t + offset             (``step_fix="pre_pr13"``)
-  ========================  ==================================================
-
-  with ``offset=None`` meaning sigma(delta / tau) + start (the paper's eq. 4 value,
-  1.4933 at the defaults). ``post_pr13`` is the paper's eq. 4 and the SupRank/TPAMI
-  code (ROADMAP PR #13, merged 2022-11-09); ``pre_pr13`` is the ROADMAP NeurIPS code the
-  NeurIPS numbers were probably produced with. ``start >= 0.5`` and ``offset >= 1``
-  make H^- >= H on t != 0, hence rank_s >= rank and every loss built on it an upper
-  bound of the exact one. ``start=0`` (the iNat configs) breaks this on (0, delta].
-  The official code clamps t / tau to [-50, 50] inside the sigmoid; this only changes
-  values below e^-50 and is not reproduced.
-* :class:`BlackboxStep` -- RaMBO's blackbox interpolation: exact ranks by sorting whole
-  rows, gradient by :class:`BlackboxRank` (BlackBox-AP, RaMBO's recall and mAP).
+hierarchical relevances it is the H-rank+ of eq. 18). The step surrogate is pluggable: exact
+Heaviside, sigmoid, SupRank's H^-, blackbox interpolation (:mod:`rankrepro.losses.steps`). The
+relevances of the hierarchical losses are in :mod:`rankrepro.losses.relevance`.
 
 The heads: :func:`ap_head` (AP / H-AP: Smooth-AP, Sup-AP, BlackBox-AP, RaMBO's mAP, H-AP),
 :func:`recall_head`, :func:`ndcg_head`, and PNP's f(rank^-) (``count_mask="irrelevant"``:
@@ -63,7 +39,6 @@ less relevant item.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -71,29 +46,17 @@ from torch import nn
 
 from .inputs import attached_zero, no_autocast, retrieval_lists
 from .registry import compose, pick
+from .relevance import shared_levels
+from .steps import Step
 
 __all__ = [
-    "Step",
-    "HeavisideStep",
-    "SigmoidStep",
-    "SupRankStep",
-    "BlackboxStep",
-    "BlackboxRank",
-    "blackbox_rank",
-    "exact_ranks",
+    "Ranks",
     "gather_relevant",
+    "relevant_ranks",
+    "prepare_lists",
     "RankingLoss",
     "APLoss",
     "stepped",
-    "heaviside",
-    "sup_heaviside",
-    "STEP_FIXES",
-    "Ranks",
-    "relevant_ranks",
-    "prepare_lists",
-    "shared_levels",
-    "happier_relevance",
-    "sigma_w_relevance",
     "ap_head",
     "recall_head",
     "ndcg_head",
@@ -102,262 +65,8 @@ __all__ = [
     "BLOCK_TEMPORARIES",
 ]
 
-STEP_FIXES = ("post_pr13", "pre_pr13")
 DEFAULT_MAX_ELEMENTS = 1 << 21  # elements of a block's temporaries together (8 MiB in float32)
 BLOCK_TEMPORARIES = 8  # [b, P, N] temporaries alive at once in a block (SupRank step, forward or backward)
-
-
-def heaviside(t: torch.Tensor) -> torch.Tensor:
-    """Exact step H(t) = 1 if t >= 0 else 0 (no gradient)."""
-    return (t >= 0).to(t.dtype)
-
-
-def sup_heaviside(t: torch.Tensor, **params) -> torch.Tensor:
-    """SupRank's H^-(t) (eq. 4; see the module docstring for the branches); ``params`` are
-    :class:`SupRankStep`'s (``tau``, ``rho``, ``delta``, ``start``, ``offset`` = None:
-    sigma(delta / tau) + start, ``step_fix``)."""
-    return SupRankStep(**params).h_minus(t)
-
-
-class Step:
-    """A rank surrogate.
-
-    ``value(t, lower)`` gives the contribution of j to rank(i) (``lower`` [.., P, N] bool:
-    j strictly less relevant than i; None when ``uniform``), ``deriv`` its derivative in t
-    (None = no gradient); ``plus_value`` / ``plus_deriv`` the same for rank+.
-    """
-
-    uniform = False  # True when the rank contribution does not depend on ``lower``
-    has_deriv = False  # rank has a gradient
-    plus_has_deriv = False  # rank+ has a gradient
-
-    def value(self, t, lower):
-        raise NotImplementedError
-
-    def deriv(self, t, lower):
-        return None
-
-    def plus_value(self, t):
-        return heaviside(t)
-
-    def plus_deriv(self, t):
-        return None
-
-    def grad(self, t, lower, g):
-        """``g * deriv(t, lower)`` (``g`` broadcasts); a step may fuse it."""
-        return self.deriv(t, lower) * g
-
-    def plus_grad(self, t, g):
-        """``g * plus_deriv(t)``."""
-        return self.plus_deriv(t) * g
-
-    #: the step can give ``grad`` from its value alone (:meth:`grad_from_value`), so the core
-    #: may keep a small batch's values for the backward instead of recomputing them
-    grad_from_values = False
-
-    def value_(self, t, lower):
-        """:meth:`value`, allowed to overwrite the temporary ``t``."""
-        return self.value(t, lower)
-
-    def grad_from_value(self, v, g):  # pragma: no cover - only for steps with grad_from_values
-        raise NotImplementedError
-
-    @property
-    def self_value(self) -> float:
-        """value(0, lower=False): the i-vs-i term, subtracted from the sums."""
-        return 1.0
-
-
-class HeavisideStep(Step):
-    """Exact ranks (no gradient)."""
-
-    uniform = True
-
-    def value(self, t, lower):
-        return heaviside(t)
-
-    def __repr__(self) -> str:
-        return "HeavisideStep()"
-
-
-def _dsigmoid(t, tau):
-    sig = torch.sigmoid(t / tau)
-    return sig * (1.0 - sig) / tau
-
-
-class SigmoidStep(Step):
-    """sigma(t / tau) on every pair, in rank and rank+ (Smooth-AP, Brown et al. 2020)."""
-
-    uniform = True
-    has_deriv = True
-    plus_has_deriv = True
-
-    def __init__(self, tau: float = 0.01):
-        if not tau > 0:
-            raise ValueError(f"tau must be > 0, got {tau}")
-        self.tau = float(tau)
-
-    def value(self, t, lower):
-        return torch.sigmoid(t / self.tau)
-
-    def deriv(self, t, lower):
-        return _dsigmoid(t, self.tau)
-
-    def plus_value(self, t):
-        return torch.sigmoid(t / self.tau)
-
-    def plus_deriv(self, t):
-        return _dsigmoid(t, self.tau)
-
-    grad_from_values = True
-
-    def value_(self, t, lower):
-        return torch.sigmoid_(t.div_(self.tau))
-
-    def grad(self, t, lower, g):
-        return self.grad_from_value(self.value_(t, lower), g)
-
-    def grad_from_value(self, v, g):
-        # one fused kernel: g / tau * sig * (1 - sig)
-        return torch.ops.aten.sigmoid_backward(g / self.tau, v)
-
-    def plus_grad(self, t, g):
-        return self.grad(t, None, g)
-
-    @property
-    def self_value(self) -> float:
-        return 0.5
-
-    def __repr__(self) -> str:
-        return f"SigmoidStep(tau={self.tau})"
-
-
-class SupRankStep(Step):
-    """SupRank: H^- on strictly-less-relevant pairs, exact H elsewhere and in rank+."""
-
-    has_deriv = True
-
-    def __init__(
-        self,
-        tau: float = 0.01,
-        rho: float = 100.0,
-        delta: float = 0.05,
-        start: float = 0.5,
-        offset: float | None = None,
-        step_fix: str = "post_pr13",
-    ):
-        if not tau > 0:
-            raise ValueError(f"tau must be > 0, got {tau}")
-        if not rho >= 0:
-            raise ValueError(f"rho must be >= 0, got {rho}")
-        if not delta >= 0:
-            raise ValueError(f"delta must be >= 0, got {delta}")
-        if step_fix not in STEP_FIXES:
-            raise ValueError(f"step_fix must be one of {list(STEP_FIXES)}, got {step_fix!r}")
-        self.tau, self.rho, self.delta, self.start = float(tau), float(rho), float(delta), float(start)
-        self.offset = None if offset is None else float(offset)
-        self.step_fix = step_fix
-
-    def h_minus(self, t: torch.Tensor) -> torch.Tensor:
-        """H^-(t) on every entry (eq. 4)."""
-        offset = self.offset
-        if offset is None:
-            offset = 1.0 / (1.0 + math.exp(-self.delta / self.tau)) + self.start
-        sig = torch.sigmoid(t / self.tau)
-        lin = self.rho * ((t - self.delta) if self.step_fix == "post_pr13" else t) + offset
-        return torch.where(t <= 0, sig, torch.where(t <= self.delta, sig + self.start, lin))
-
-    def value(self, t, lower):
-        return torch.where(lower, self.h_minus(t), heaviside(t))
-
-    def deriv(self, t, lower):
-        d = torch.where(t > self.delta, torch.full_like(t, self.rho), _dsigmoid(t, self.tau))
-        return d * lower
-
-    def __repr__(self) -> str:
-        return (f"SupRankStep(tau={self.tau}, rho={self.rho}, delta={self.delta}, start={self.start}, "
-                f"offset={self.offset}, step_fix={self.step_fix!r})")
-
-
-def exact_ranks(scores: torch.Tensor) -> torch.Tensor:
-    """Ranks per row, 1 = highest score (long). Ties: the lower column index ranks first."""
-    order = torch.argsort(scores, dim=1, descending=True, stable=True)
-    pos = torch.arange(1, scores.shape[1] + 1, device=scores.device).expand_as(order)
-    return torch.empty_like(order).scatter_(1, order, pos)
-
-
-class BlackboxRank(torch.autograd.Function):
-    r"""Normalised ranks with the blackbox-interpolation gradient (RaMBO paper, Algorithm 1).
-
-    Forward: ``rk(y) / n`` per row (rank 1 = highest score, n = row length), like the
-    official ``TrueRanker`` / ``rank_normalised`` (which gives ``(argsort-rank + 1) / n``).
-    Backward, for the incoming gradient g = dL/d (rk / n)::
-
-        y_lambda = y + lambda * g
-        dL/dy    = -(rk(y) - rk(y_lambda)) / (n * lambda)
-
-    the official code's sign convention (its ``+1e-8`` on lambda is dropped). The
-    gradient is that of a piecewise-linear interpolation of L(rk(y)) whose faithfulness
-    vs informativeness is set by lambda. ``normalise=False`` returns rk itself (exact
-    integers) with the same gradient rule (g = dL/d rk is scaled by n before the step).
-    """
-
-    @staticmethod
-    def forward(ctx, scores: torch.Tensor, lambda_val: float, normalise: bool = True) -> torch.Tensor:
-        n = scores.shape[1]
-        ranks = exact_ranks(scores).to(scores.dtype)
-        ctx.lambda_val, ctx.normalise = lambda_val, normalise
-        ctx.save_for_backward(scores, ranks)
-        return ranks / n if normalise else ranks
-
-    @staticmethod
-    def backward(ctx, grad_output: torch.Tensor):
-        scores, ranks = ctx.saved_tensors
-        lam = ctx.lambda_val
-        n = scores.shape[1]
-        if ctx.normalise:
-            ranks_prime = exact_ranks(scores + lam * grad_output).to(ranks.dtype) / n
-            return -(ranks / n - ranks_prime) / lam, None, None
-        ranks_prime = exact_ranks(scores + lam * (grad_output * n)).to(ranks.dtype)
-        return -(ranks - ranks_prime) / (n * lam), None, None
-
-
-def blackbox_rank(scores: torch.Tensor, lambda_val: float) -> torch.Tensor:
-    """Normalised ranks of each row of ``scores`` [Q, n] (see :class:`BlackboxRank`)."""
-    return BlackboxRank.apply(scores, lambda_val)
-
-
-class BlackboxStep(Step):
-    """RaMBO's blackbox interpolation (Rolinek et al. 2020): exact ranks by sorting each whole
-    row (ties: lower column first), the gradient of rank by :class:`BlackboxRank` with
-    ``lambda_val``; rank+ exact (no gradient). Ranks whole rows: no list or count mask."""
-
-    uniform = True
-    sorting = True
-    has_deriv = True
-
-    def __init__(self, lambda_val: float = 4.0):
-        if not (lambda_val > 0 and math.isfinite(lambda_val)):
-            raise ValueError(f"lambda_val must be > 0, got {lambda_val}")
-        self.lambda_val = float(lambda_val)
-
-    def ranks(self, scores: torch.Tensor, relevant: torch.Tensor):
-        """(rank [Q, n], rank+ [Q, n]) of every item; rank+ = 1 + relevant items ranked before (exact)."""
-        rank = BlackboxRank.apply(scores, self.lambda_val, False)
-        with torch.no_grad():
-            n = rank.shape[1]
-            if n <= 1 << 24 and rank.dtype in (torch.float32, torch.float64):  # ranks exact in float32:
-                # the permutation's inverse by one scatter, O(n) (a third sort took 25% of the time at 1M)
-                r = rank.round().long() - 1
-                order = torch.empty_like(r).scatter_(1, r, torch.arange(n, device=r.device).expand_as(r))
-            else:  # float ranks beyond 2^24 are not all distinct: sort them
-                order = torch.argsort(rank, dim=1, stable=True)
-            cum = torch.cumsum(relevant.gather(1, order).to(scores.dtype), dim=1)
-            rank_plus = torch.empty_like(cum).scatter_(1, order, cum)
-        return rank, rank_plus
-
-    def __repr__(self) -> str:
-        return f"BlackboxStep(lambda_val={self.lambda_val})"
 
 
 # ------------------------------------------------------------------------------- core
@@ -483,8 +192,8 @@ def relevant_ranks(
         level: [Q, N] non-negative; an item is relevant iff level > 0; pair (i, j) is
             "j strictly less relevant than i" iff level_j < level_i. Binary labels: 0/1;
             hierarchical: number of shared levels.
-        step: the surrogate (:class:`HeavisideStep`, :class:`SigmoidStep`, :class:`SupRankStep`,
-            :class:`BlackboxStep`).
+        step: the surrogate (:mod:`~rankrepro.losses.steps`: ``HeavisideStep``, ``SigmoidStep``,
+            ``SupRankStep``, ``BlackboxStep``).
         rel: [Q, N] relevances used in rank+ (rel_i + sum min(rel_i, rel_j) ...);
             defaults to ``level``. Must be 0 where level is 0.
         list_mask: [Q, N] bool, the items that are in each query's list (default all).
@@ -547,66 +256,7 @@ def relevant_ranks(
     return Ranks(idx, valid, rank, rank_plus, rel_pos, lvl_pos)
 
 
-# ----------------------------------------------------------------- lists and relevances
-
-
-def shared_levels(y: torch.Tensor, yr: torch.Tensor, dtype=torch.long) -> torch.Tensor:
-    """[B, N] number of hierarchy levels whose labels agree (SupRank's label matrix), as ``dtype``."""
-    if y.shape[1] != yr.shape[1]:
-        raise ValueError(f"labels have {y.shape[1]} levels but ref_labels have {yr.shape[1]}")
-    out = (y[:, :1] == yr[:, 0].unsqueeze(0)).to(dtype)
-    for lv in range(1, y.shape[1]):
-        out += y[:, lv : lv + 1] == yr[:, lv].unsqueeze(0)
-    return out
-
-
-def happier_relevance(levels: torch.Tensor, num_levels: int, alpha: float = 1.0,
-                      list_mask: torch.Tensor | None = None) -> torch.Tensor:
-    r"""HAPPIER's relevance (eq. 20): rel(k) = (l/L)^alpha / |Omega^(l)| for k in Omega^(l).
-
-    ``levels`` [Q, N] = number of shared levels l in 0..L; |Omega^(l)| counts the items of
-    the query's list at that level (the query itself included when it is in its list).
-    The official code ('pop' relevance) uses (l / (L - 1))^alpha: a constant factor, which
-    H-AP is invariant to.
-    """
-    levels = levels.long()
-    if list_mask is None:
-        list_mask = torch.ones_like(levels, dtype=torch.bool)
-    onehot = torch.nn.functional.one_hot(levels.clamp(0, num_levels), num_levels + 1)
-    counts = (onehot * list_mask.unsqueeze(-1)).sum(1)  # [Q, L+1]
-    w = (torch.arange(num_levels + 1, device=levels.device, dtype=torch.float64) / num_levels) ** alpha
-    w[0] = 0.0
-    per_level = w.unsqueeze(0) / counts.clamp_min(1).to(torch.float64)  # [Q, L+1]
-    rel = per_level.gather(1, levels.clamp(0, num_levels)).float()
-    return rel * list_mask
-
-
-def sigma_w_relevance(levels: torch.Tensor, num_levels: int, weights=None,
-                      list_mask: torch.Tensor | None = None) -> torch.Tensor:
-    r"""The relevance under which H-AP equals ΣwAP = sum_l w_l AP^(l) (supplementary eq. 44).
-
-    rel(k) = sum_{p=1}^{l_k} w_p / |Omega^{+,p}| where l_k is the number of levels k shares with
-    the query, Omega^{+,p} the items of the query's list sharing at least p levels, and w_p the
-    weight of AP at level p. ``weights``: one per label column, finest first (column c is level
-    L - c; default uniform 1/L), as :func:`rankrepro.metrics.hierarchical.relevance`
-    (``property1``) takes them, so a model trained on it optimises the ΣwAP it is tested on.
-    """
-    levels = levels.long()
-    if list_mask is None:
-        list_mask = torch.ones_like(levels, dtype=torch.bool)
-    w_col = [1.0 / num_levels] * num_levels if weights is None else [float(x) for x in weights]
-    if len(w_col) != num_levels:
-        raise ValueError(f"sigma_w relevance needs {num_levels} weights (one per label column), got {len(w_col)}")
-    onehot = torch.nn.functional.one_hot(levels.clamp(0, num_levels), num_levels + 1)
-    counts = (onehot * list_mask.unsqueeze(-1)).sum(1).to(torch.float64)  # [Q, L+1]
-    per_level = torch.zeros_like(counts)
-    acc = torch.zeros_like(counts[:, 0])
-    for p in range(1, num_levels + 1):
-        tail = counts[:, p:].sum(1)
-        acc = acc + torch.where(tail > 0, w_col[num_levels - p] / tail.clamp(min=1), torch.zeros_like(tail))
-        per_level[:, p] = acc
-    rel = per_level.gather(1, levels.clamp(0, num_levels)).float()
-    return rel * list_mask
+# ----------------------------------------------------------------------- lists
 
 
 def prepare_lists(embeddings, labels, ref_embeddings, ref_labels, include_query: bool, self_index=None):

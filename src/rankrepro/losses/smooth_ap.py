@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .rank import APLoss, SigmoidStep, stepped
+from .rank import APLoss, stepped
 from .registry import register
+from .steps import SigmoidStep
 
 __all__ = ["SmoothAP"]
 

@@ -35,7 +35,7 @@ Conventions shared by all (official-code facts: ``spec/reference/suprank.md`` §
 * Hierarchical losses (``*_hap``, ``*_ndcg``, ``happier*``, ``rod_ndcg``) use every label
   column: level l of an item = number of levels whose labels agree with the query's
   (0..L; SupRank's label matrix). Flat losses use column 0 (finest).
-* SupRank step (:class:`rankrepro.losses.rank.SupRankStep`): ``tau`` 0.01, ``rho`` 100,
+* SupRank step (:class:`rankrepro.losses.steps.SupRankStep`): ``tau`` 0.01, ``rho`` 100,
   ``delta`` 0.05, ``start`` 0.5, ``offset`` 1.44 = the SOP/CUB configs (``supap.yaml``,
   ``ROADMAP_SOP.yaml``, ``HAPPIER_SOP.yaml``...). The iNat configs use ``start=0.0,
   offset=1.0``: H^- then stays below H on (0, delta] and the losses are no longer upper
@@ -60,22 +60,10 @@ import torch
 from torch import nn
 
 from .calibration import CalibrationLoss, NormalizedSoftmaxDG
-from .rank import (
-    DEFAULT_MAX_ELEMENTS,
-    APLoss,
-    RankingLoss,
-    SigmoidStep,
-    Step,
-    SupRankStep,
-    ap_head,
-    happier_relevance,
-    ideal_dcg,
-    ndcg_head,
-    recall_head,
-    sigma_w_relevance,
-    stepped,
-)
+from .rank import DEFAULT_MAX_ELEMENTS, APLoss, RankingLoss, ap_head, ideal_dcg, ndcg_head, recall_head, stepped
 from .registry import compose, pick, register
+from .relevance import happier_relevance, sigma_w_relevance
+from .steps import SigmoidStep, Step, SupRankStep
 
 __all__ = [
     "RecallLoss", "HAPLoss", "NDCGLoss", "Combined",

@@ -2,11 +2,12 @@
 
 ``compute(query, query_labels, gallery=None, gallery_labels=None, metrics=[...], protocol=...,
 device=...)`` is the entry point (:mod:`rankrepro.metrics.api`; ``protocol`` one of
-:data:`PROTOCOLS`). Definitions live in ``ranking`` (engine and tie conventions), ``binary``
+:data:`PROTOCOLS`). Definitions live in ``ranking`` (engine and tie conventions; its parts
+``inputs``, ``chunks``, ``workers``, ``full_list``, ``counting``, ``cpu_kernels``), ``binary``
 (binary metrics), ``hierarchical`` (H-AP, ΣwAP, ASI, NDCG), ``clustering`` (NMI, F1, dists),
 ``names`` (metric-name grammar), ``core`` (one query set against a gallery) and ``protocols``
 (dataset protocols); ``retrieval`` is the PML-compatible ``retrieval_metrics`` and ``knn`` exact
-k-NN search. No module imports one above it (``tests/test_metrics_imports.py``).
+k-NN search. No module imports one above it (``tests/test_imports.py``).
 
 The names below are loaded on first use, so that ``rankrepro.metrics.names`` (checking metric
 names while planning) imports neither numpy nor torch.

@@ -2,8 +2,9 @@
 
 The layers, bottom to top (no module imports one above it):
 
-* ``names`` (the metric-name grammar), ``ranking``, ``cpu_kernels``, ``binary``,
-  ``hierarchical``, ``clustering``: definitions and the ranking engine;
+* ``names`` (the metric-name grammar), ``ranking``, ``inputs``, ``chunks``, ``workers``,
+  ``full_list``, ``counting``, ``cpu_kernels``, ``binary``, ``hierarchical``, ``clustering``:
+  definitions and the ranking engine;
 * ``core``: :func:`~rankrepro.metrics.core.compute_plain`, one query set against a gallery or
   itself (``same-set``, ``query-gallery``), metric names and tie conventions;
 * ``protocols`` (VehicleID, DyML, GLDv2, face / IJB-C) and ``retrieval`` (PML-compatible

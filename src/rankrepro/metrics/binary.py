@@ -60,7 +60,7 @@ def binary_metric(r: Ranked, lam: int, kind: str, k: int | None, ties: str) -> t
         v = (rank <= k).sum(1).to(torch.float64) / torch.clamp(big_r, max=float(k))
     elif kind == "RP":
         v = (rank <= n_pos[:, None]).sum(1).to(torch.float64) / big_r
-    elif kind == "mAP" and cpu_kernels.applies(r.depth):  # compiled, same definition
+    elif kind == "mAP" and r.kernels:  # compiled, same definition
         out = np.empty(r.depth.shape[0])
         cpu_kernels.ap(*cpu_kernels.arrays(r.depth, r.vals, r.rank(ties), n_pos), lam, ties != "index", out)
         return torch.from_numpy(out)

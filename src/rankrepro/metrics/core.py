@@ -27,12 +27,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import clustering, cpu_kernels
+from . import clustering
 from .binary import binary_metric
+from .chunks import chunk_rows, chunk_scores, for_chunks
+from .counting import count_path, counted_chunk
+from .full_list import sort_path
 from .hierarchical import asi, discount_table, hap, ndcg, relevance
+from .inputs import LabelIndex, as_embeddings, encode_labels
 from .names import Spec, parse_metric
-from .ranking import (BIG, TIES, LabelIndex, _chunk_rows, as_embeddings, chunk_scores, count_path, counted_chunk,
-                      encode_labels, for_chunks, sort_path)
+from .ranking import BIG, TIES
+from .workers import Workers
 
 __all__ = ["compute_plain", "parse_metric", "Spec", "PLAIN_PROTOCOLS"]
 
@@ -60,11 +64,13 @@ def compute_plain(query, query_labels, gallery=None, gallery_labels=None, metric
                   hap_relevance: str = "pop", hap_count_self: bool | None = None, sigma_w=None,
                   n_clusters: int | None = None, kmeans_niter: int = 20, kmeans_seed: int = 1234,
                   device=None, memory_budget: int | None = None, max_rows: int | None = None,
-                  per_query: bool = False) -> dict:
+                  per_query: bool = False, compiled: bool = True) -> dict:
     """Compute ``metrics`` for ``query`` against ``gallery`` (or against itself).
 
     Arguments and result as :func:`rankrepro.metrics.compute` (the entry point), with ``protocol``
-    limited to ``None``, ``"same-set"`` and ``"query-gallery"``.
+    limited to ``None``, ``"same-set"`` and ``"query-gallery"``. ``compiled=False`` runs the torch
+    code (the CUDA path) on CPU instead of the compiled kernels (:mod:`~rankrepro.metrics.workers`);
+    the results are the same, which the tests check.
     """
     if protocol not in (None,) + PLAIN_PROTOCOLS:
         raise ValueError(f"compute_plain runs protocols None, {', '.join(PLAIN_PROTOCOLS)}; got {protocol!r} "
@@ -120,7 +126,7 @@ def compute_plain(query, query_labels, gallery=None, gallery_labels=None, metric
             hap_count_self = bool((excl >= 0).any())
         vals = _evaluate(q, g, index, label_specs, ties=ties, alpha=alpha, hap_relevance=hap_relevance,
                          hap_count_self=hap_count_self, sigma_w=sigma_w, c_max=c_max,
-                         memory_budget=memory_budget, max_rows=max_rows)
+                         memory_budget=memory_budget, max_rows=max_rows, compiled=compiled)
         for s in label_specs:
             v = vals[s.name]
             per[s.name] = v
@@ -172,16 +178,20 @@ def _cutoff(s: Spec, r_pos: np.ndarray) -> np.ndarray:
     return np.full_like(r_pos, s.k)
 
 
-def _evaluate(q, g, index: LabelIndex, specs, *, ties, c_max, memory_budget, max_rows, **hap_kw) -> dict:
-    """Per-query values (float64 [Nq], NaN where undefined) of label-based metrics."""
-    if any(s.family in ("full", "hier") for s in specs):
-        return _evaluate_sorted(q, g, index, specs, ties=ties, c_rel=c_max, memory_budget=memory_budget,
-                                max_rows=max_rows, **hap_kw)
-    return _evaluate_counted(q, g, index, specs, ties=ties, memory_budget=memory_budget, max_rows=max_rows)
+def _evaluate(q, g, index: LabelIndex, specs, *, ties, c_max, memory_budget, max_rows, compiled,
+              **hap_kw) -> dict:
+    """Per-query values (float64 [Nq], NaN where undefined) of label-based metrics, on worker
+    threads of this call (:class:`~rankrepro.metrics.workers.Workers`)."""
+    with Workers.for_device(q.device, compiled) as workers:
+        if any(s.family in ("full", "hier") for s in specs):
+            return _evaluate_sorted(q, g, index, specs, workers, ties=ties, c_rel=c_max, memory_budget=memory_budget,
+                                    max_rows=max_rows, **hap_kw)
+        return _evaluate_counted(q, g, index, specs, workers, ties=ties, memory_budget=memory_budget,
+                                 max_rows=max_rows)
 
 
-def _evaluate_sorted(q, g, index, specs, *, ties, c_rel, memory_budget, max_rows, alpha, hap_relevance,
-                     hap_count_self, sigma_w) -> dict:
+def _evaluate_sorted(q, g, index, specs, workers: Workers, *, ties, c_rel, memory_budget, max_rows, alpha,
+                     hap_relevance, hap_count_self, sigma_w) -> dict:
     nq = q.shape[0]
     big_c = c_rel + 1
     res = {s.name: np.full(nq, np.nan) for s in specs}
@@ -191,7 +201,7 @@ def _evaluate_sorted(q, g, index, specs, *, ties, c_rel, memory_budget, max_rows
     table = discount_table(g.shape[0], q.device) if any(s.kind == "NDCG" for s in specs) else None
 
     def process(s_mat: torch.Tensor, chunk: np.ndarray) -> None:
-        r = sort_path(s_mat, index, chunk, c_rel)
+        r = sort_path(s_mat, index, chunk, c_rel, workers)
         for s in specs:
             t = _ties_for(s, ties)
             lam = None if s.col is None else big_c - s.col
@@ -217,21 +227,21 @@ def _evaluate_sorted(q, g, index, specs, *, ties, c_rel, memory_budget, max_rows
     size = index.stop[c_rel] - index.start[c_rel]
     m = g.shape[0]
     zero = np.zeros(nq, np.int64)
-    workers = max(1, torch.get_num_threads()) if q.device.type == "cpu" else 1
+    threads = max(1, torch.get_num_threads()) if q.device.type == "cpu" else 1
 
     def chunk_fn(big: np.ndarray) -> None:
         # one product for the chunk (sized for its scores), then the per-item work on sub-chunks
         # of rows sized for their relevant sets
-        s_big = chunk_scores(q, g, index, big)
+        s_big = chunk_scores(q, g, index, big, workers)
         a = 0
-        for chunk in _chunk_rows(big, size, 0, memory_budget // 2 // workers, max_rows):  # views of s_big
+        for chunk in chunk_rows(big, size, 0, memory_budget // 2 // threads, max_rows):  # views of s_big
             process(s_big[a : a + len(chunk)], chunk)
             a += len(chunk)
 
     # the scores (on CPU, 4 * Ng per row); the torch path's row sort adds 20 * Ng per row (sorted
     # copy, int64 order, int32 positions)
-    row_bytes = 4 * m if cpu_kernels.applies(q) else 24 * m
-    for_chunks(q.device, rows, zero, row_bytes, memory_budget // 2, max_rows, chunk_fn)
+    row_bytes = 4 * m if workers.compiled_on(q) else 24 * m
+    for_chunks(workers, q.device, rows, zero, row_bytes, memory_budget // 2, max_rows, chunk_fn)
     for s in swap:  # a dataset-level value: Σ_l w_l · mAP^(l) (see hierarchical.py)
         w = [1.0 / big_c] * big_c if sigma_w is None else [float(x) for x in sigma_w]
         if len(w) != big_c:
@@ -241,7 +251,7 @@ def _evaluate_sorted(q, g, index, specs, *, ties, c_rel, memory_budget, max_rows
     return res
 
 
-def _evaluate_counted(q, g, index, specs, *, ties, memory_budget, max_rows) -> dict:
+def _evaluate_counted(q, g, index, specs, workers: Workers, *, ties, memory_budget, max_rows) -> dict:
     nq = q.shape[0]
     res = {s.name: np.full(nq, np.nan) for s in specs}
     cols = sorted({s.col for s in specs})
@@ -263,11 +273,11 @@ def _evaluate_counted(q, g, index, specs, *, ties, memory_budget, max_rows) -> d
 
     def chunk_fn(chunk: np.ndarray) -> None:
         # counting ties in cache is cheaper than re-reading the rows that need it, once many do
-        s_mat, pre = counted_chunk(q, g, index, chunk, c_first, want_eq=state["need_eq"] > 0.25)
+        s_mat, pre = counted_chunk(q, g, index, chunk, c_first, want_eq=state["need_eq"] > 0.25, workers=workers)
         state["need_eq"] = float(np.mean(pre[3].cpu().numpy() + 1 <= first[c_first][chunk]))
         for c in cols:
             r = count_path(s_mat, index, chunk, c, first[c][chunk], nxt[c][chunk],
-                           first=pre if c == c_first else None)
+                           first=pre if c == c_first else None, workers=workers)
             for s in specs:
                 if s.col == c:
                     res[s.name][chunk] = binary_metric(r, 1, s.kind, s.k, _ties_for(s, ties)).cpu().numpy()
@@ -275,6 +285,6 @@ def _evaluate_counted(q, g, index, specs, *, ties, memory_budget, max_rows) -> d
     # the score blocks (4 * Ng per row) and the rows that need further passes: on CPU read in place
     # (their per-row buffers are small), on a GPU copied, compared into boolean temporaries and
     # partially sorted (measured on an H100: 6.2 GB peak for a 3 GiB budget at 8 * Ng)
-    row_bytes = (8 if cpu_kernels.applies(q) else 16) * g.shape[0]
-    for_chunks(q.device, rows, size, row_bytes, memory_budget, max_rows, chunk_fn)
+    row_bytes = (8 if workers.compiled_on(q) else 16) * g.shape[0]
+    for_chunks(workers, q.device, rows, size, row_bytes, memory_budget, max_rows, chunk_fn)
     return res

@@ -1,15 +1,17 @@
-"""Compiled (numba) CPU kernels: the full-list ranks of :func:`rankrepro.metrics.ranking.sort_path`
+"""Compiled (numba) CPU kernels: the full-list ranks of :func:`rankrepro.metrics.full_list.sort_path`
 (``rank_relevant``) and the full-list metrics: one pass per query over its relevant items in
 ranking order, instead of a few dozen whole-array tensor operations.
 
 The definitions live in :mod:`rankrepro.metrics.hierarchical` and :mod:`rankrepro.metrics.retrieval`,
 whose torch code runs on any device and is the reference these kernels are tested against
-(``tests/test_metrics_kernels.py``); :func:`applies` tells the torch code to hand CPU work here. Inputs are the arrays of a :class:`rankrepro.metrics.ranking.Ranked` for b queries: ``depth``
-[b, P] (0 = padding, always after the relevant items), ``vals`` [b, P] scores in ranking order,
-``rank`` [b, P] the rank under the chosen tie convention, ``gt``/``ge`` [b, P], ``n`` [b, C+1] items
-per depth. ``pess``: "pessimistic" ties, where the relevant items tied in score count as ranked
-at or before each other. ``lam`` > 0: the binary metric whose positives have depth >= lam; 0: the
-hierarchical one over all depths.
+(``tests/test_metrics_kernels.py``); :meth:`rankrepro.metrics.workers.Workers.compiled_on` tells the
+torch code to hand CPU work here (``Workers(compiled=False)`` switches them off). Inputs are the
+arrays of a :class:`rankrepro.metrics.ranking.Ranked` for b queries: ``depth`` [b, P] (0 = padding,
+always after the relevant items), ``vals`` [b, P] scores in ranking order, ``rank`` [b, P] the rank
+under the chosen tie convention, ``gt``/``ge`` [b, P], ``n`` [b, C+1] items per depth. ``pess``:
+"pessimistic" ties, where the relevant items tied in score count as ranked at or before each other.
+``lam`` > 0: the binary metric whose positives have depth >= lam; 0: the hierarchical one over all
+depths.
 """
 
 from __future__ import annotations
@@ -18,31 +20,12 @@ import numba
 import numpy as np
 import torch
 
-__all__ = ["enabled", "set_enabled", "applies", "arrays", "count_cmp", "rank_relevant", "ap", "hap", "asi", "ndcg"]
-
-_ENABLED = True
-
-
-def enabled() -> bool:
-    """Whether CPU metrics use these kernels (tests switch them off to run the torch code)."""
-    return _ENABLED
-
-
-def applies(t: torch.Tensor) -> bool:
-    """Whether work on tensor ``t`` goes to these kernels: on CPU, unless switched off."""
-    return t.device.type == "cpu" and _ENABLED
+__all__ = ["arrays", "count_cmp", "rank_relevant", "ap", "hap", "asi", "ndcg"]
 
 
 def arrays(*tensors: torch.Tensor) -> tuple:
     """C-contiguous numpy views (or copies) of CPU tensors, as the kernels take them."""
     return tuple(np.ascontiguousarray(t.numpy()) for t in tensors)
-
-
-def set_enabled(flag: bool) -> bool:
-    """Switch the kernels on or off; returns the previous setting."""
-    global _ENABLED
-    prev, _ENABLED = _ENABLED, bool(flag)
-    return prev
 
 
 @numba.njit(nogil=True, cache=True, inline="always")

@@ -84,7 +84,7 @@ def relevance(n: torch.Tensor, *, alpha: float = 1.0, kind: str = "pop", self_in
 
 def hap(r: Ranked, rel: torch.Tensor, ties: str) -> torch.Tensor:
     """Per-row H-AP (eq. 19) for relevances ``rel`` [b, L+1]; NaN when Ω⁺ is empty."""
-    if cpu_kernels.applies(r.depth):
+    if r.kernels:
         out = np.empty(r.depth.shape[0])
         cpu_kernels.hap(*cpu_kernels.arrays(r.depth, r.vals, r.rank(ties), rel), ties != "index", out)
         return torch.from_numpy(out)
@@ -104,7 +104,7 @@ def hap(r: Ranked, rel: torch.Tensor, ties: str) -> torch.Tensor:
 
 def asi(r: Ranked, ties: str, lam: int | None = None) -> torch.Tensor:
     """Per-row ASI over the full relevant set (``lam``: binary version, positives = depth >= lam)."""
-    if cpu_kernels.applies(r.depth):
+    if r.kernels:
         out = np.empty(r.depth.shape[0])
         cpu_kernels.asi(*cpu_kernels.arrays(r.depth, r.rank(ties), r.n), lam or 0, out)
         return torch.from_numpy(out)
@@ -150,7 +150,7 @@ def discount_table(m: int, device) -> torch.Tensor:
 
 def ndcg(r: Ranked, ties: str, table: torch.Tensor, lam: int | None = None) -> torch.Tensor:
     """Per-row NDCG with gains 2^depth − 1 (or binary gains at depth >= ``lam``)."""
-    if cpu_kernels.applies(r.depth):
+    if r.kernels:
         out = np.empty(r.depth.shape[0])
         cpu_kernels.ndcg(*cpu_kernels.arrays(r.depth, r.gt, r.ge, r.rank(ties), r.n, table), lam or 0,
                          ties == "average", out)

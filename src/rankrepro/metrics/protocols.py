@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from .core import PLAIN_PROTOCOLS, compute_plain
-from .ranking import as_embeddings
+from .inputs import as_embeddings
 
 __all__ = ["PROTOCOLS", "run_protocol", "vehicleid", "dyml", "gldv2_suprank", "gldv2_official", "face_map",
            "average_templates", "topk_exact"]

@@ -24,7 +24,7 @@ PyTorch's defaults, and a ReLU; ceil-mode pooling as in Caffe):
 Input convention of the weights (Cadene's ``pretrained_settings``): BGR channel order, pixel
 range 0-255, mean [104, 117, 128] (B, G, R) subtracted, std 1. The network declares it
 (:data:`INPUT_CONVENTION`) and its forward converts the pipeline's tensors to it first
-(:class:`rankrepro.models.backbones.InputConvention`).
+(:class:`rankrepro.models.input_convention.InputConvention`).
 
 What the top-k precision code does differently and is not followed here: BatchNorm momentum
 0.9 (a Caffe-port artefact there; PyTorch's default 0.1 here, as in Cadene's network).
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rankrepro.models.backbones import InputConvention
+from rankrepro.models.input_convention import InputConvention
 
 __all__ = ["INPUT_CONVENTION", "MODULES", "WEIGHTS_FILE", "WEIGHTS_URL", "BNInception"]
 

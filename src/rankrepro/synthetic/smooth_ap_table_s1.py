@@ -6,7 +6,7 @@ backbone (705 ms) and of each AP loss appended to it (BlackBox-AP 3.7 ms, FastAP
 Smooth-AP 6.6 ms): the loss is a negligible overhead. We measure the same two things on
 this machine -- the retrieval network (ResNet-50, random init: timing does not depend on
 the weights; 224x224 inputs, 512-d embeddings) and the forward + backward of every
-registered loss at B = 112, through :func:`rankrepro.bench.losses.measure` -- on CPU,
+registered loss at B = 112, through :func:`rankrepro.timing.measure` -- on CPU,
 and on CUDA when one is available.
 
 ``python -m rankrepro synthetic smooth_ap_table_s1 --out-prefix results/synthetic/smooth_ap_table_s1``
@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from rankrepro.synthetic import SYNTHETIC, markdown_table, write_result
+from rankrepro.timing import bench_labels, build_with_sizes, measure, sync
 
 __all__ = ["smooth_ap_table_s1", "PAPER", "SETTINGS", "time_backbone", "time_losses"]
 
@@ -48,7 +49,7 @@ PAPER_SETTING = ("ResNet50 backbone, |P| = 4, mini-batch size M = 112; times 'av
 SOP_CLASSES = [11318, 12]
 
 #: per scale: backbone, image side, backbone micro-batch on CPU (None: the whole batch at once),
-#: backbone repeats, loss repeats, warm-up passes, slow cap (s) of bench.losses.measure, and the
+#: backbone repeats, loss repeats, warm-up passes, slow cap (s) of timing.measure, and the
 #: class counts (fine, coarse) given to the losses as build context. Both scales run torch on
 #: ``THREADS`` CPU thread(s) (restored after).
 THREADS = 1
@@ -62,11 +63,6 @@ SETTINGS = {
 BATCH = 112
 PER_CLASS = 4
 DIM = 512
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def time_backbone(backbone: str, image_size: int, device: torch.device, batch: int = BATCH,
@@ -100,10 +96,10 @@ def time_backbone(backbone: str, image_size: int, device: torch.device, batch: i
         step(list(zip(images, grads))[:1])
     times = []
     for _ in range(repeats):
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         step(zip(images, grads))
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - t0)
     del model, images, grads
     return {"ms": 1e3 * statistics.median(times), "times_ms": [1e3 * t for t in times], "chunks": len(sizes)}
@@ -114,7 +110,6 @@ def time_losses(device: torch.device, names: list[str], repeats: int, warmup: in
     """{loss: {ms, peak_mb, note}}: forward + backward of each loss at B = 112 on random
     L2-normalised 512-d embeddings, |P| = 4, labels [B, 2] drawn from ``classes`` (fine, coarse),
     which are also the losses' build context."""
-    from rankrepro.bench.losses import bench_labels, build_with_sizes, measure
 
     labels = bench_labels(BATCH, PER_CLASS, classes[0], classes[1], seed).to(device)
     g = torch.Generator().manual_seed(seed)
@@ -227,8 +222,8 @@ def _table(out_prefix: str, scale: str, seed: int, cfg: dict) -> dict:
                 "11,318 / 12 at paper scale)")
         + " and 512-d as build context for the losses that need them (the proxy-based losses' time grows "
         "with the class count; the paper's three do not depend on it); labels [B, 2] with 28 classes × 4 per batch "
-        "(rankrepro.bench.losses.bench_labels); the time is forward + backward to the embeddings "
-        "(rankrepro.bench.losses.measure). A loss whose first pass exceeds "
+        "(rankrepro.timing.bench_labels); the time is forward + backward to the embeddings "
+        "(rankrepro.timing.measure). A loss whose first pass exceeds "
         f"{cfg['slow_s']:g} s is timed once (noted in its row).",
         "The paper's complexities use its notation: M = mini-batch (retrieval set) size, n = number of "
         "negatives, L = histogram bins; the paper gives none for the other losses.",

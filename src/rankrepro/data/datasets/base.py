@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rankrepro.data import sources
+from rankrepro.data import archives, checksums, downloads, errors, sources
 from rankrepro.data.manifest import MANIFEST_CSV, META_JSON, Manifest, level_columns, read_manifest, write_manifest
 from rankrepro.io import atomic_write_json
 
@@ -64,7 +64,7 @@ class SourceFile:
     ``train/images_000.tar``). ``url``: where it comes from (None: the user puts it there
     by hand, see :attr:`Dataset.how_to_get`). ``checksum``: ``"md5:<hex>"`` /
     ``"sha256:<hex>"`` as published; None when nobody publishes one (trust on first use,
-    :class:`~rankrepro.data.sources.ChecksumLock`). ``checksum_file``: the name of another
+    :class:`~rankrepro.data.checksums.ChecksumLock`). ``checksum_file``: the name of another
     source file whose first whitespace-separated field is this file's md5 (GLDv2's
     ``md5.images_NNN.txt``). ``size``: bytes, for messages. ``extract``: an archive,
     extracted into ``<tree>/<into>``; otherwise the file is linked to
@@ -191,12 +191,12 @@ class Dataset:
         Returns the files' checksums."""
         out_dir = Path(out_dir)
         names = self.make_replica(out_dir, **options)
-        checksums = {}
+        digests = {}
         for name in names:
-            checksums[name] = "sha256:" + sources.file_digest(out_dir / name, "sha256")
-            (out_dir / f"{name}.sha256").write_text(checksums[name] + "\n")
-        atomic_write_json(out_dir / REPLICA_RECORD, {"dataset": self.name, "files": checksums})
-        return checksums
+            digests[name] = "sha256:" + checksums.file_digest(out_dir / name, "sha256")
+            (out_dir / f"{name}.sha256").write_text(digests[name] + "\n")
+        atomic_write_json(out_dir / REPLICA_RECORD, {"dataset": self.name, "files": digests})
+        return digests
 
     # -- download -------------------------------------------------------------------------------
 
@@ -210,7 +210,7 @@ class Dataset:
         A file with a published checksum (or one recorded in ``checksums.lock.json``) is
         verified; one without is downloaded and verified later by its counts. A file
         without url must be put there by hand: all such missing files are listed in one
-        :class:`~rankrepro.data.sources.ManualDownloadRequired`. A verified file gets a
+        :class:`~rankrepro.data.errors.ManualDownloadRequired`. A verified file gets a
         ``.verified`` sidecar, so it is not hashed again (here or in :meth:`prepare`).
         """
         files = self.replica_files(replica_dir) if replica_dir else self.source_files()
@@ -220,21 +220,21 @@ class Dataset:
                                  "override needs a single-file dataset (point `extracted` to a copy instead)")
             files = [SourceFile(files[0].name, url or files[0].url, checksum or files[0].checksum, files[0].size,
                                 files[0].extract, files[0].into)]
-        folder, lock = self.downloads_dir(data_root), sources.ChecksumLock(data_root)
+        folder, lock = self.downloads_dir(data_root), checksums.ChecksumLock(data_root)
         record, manual = {}, {}
         for f in sorted(files, key=lambda f: f.checksum_file is not None):  # md5 files first
             dest = folder / f.name
             expected = self.expected_checksum(f, folder, lock)
-            if expected and sources.is_verified(dest, expected):
+            if expected and checksums.is_verified(dest, expected):
                 pass
             elif f.url is None:
-                if not dest.is_file() or (expected and not sources.verify(dest, expected)):
+                if not dest.is_file() or (expected and not checksums.verify(dest, expected)):
                     manual[f.name] = (expected, f.size)
                     continue
             else:
-                sources.download(f.url, dest, expected)
+                downloads.download(f.url, dest, expected)
             if expected:
-                sources.record_verified(dest, expected)
+                checksums.record_verified(dest, expected)
             record[f.name] = {"checksum": expected, "size": dest.stat().st_size, "extract": f.extract,
                               "into": f.into}
         if manual:
@@ -263,7 +263,7 @@ class Dataset:
         raise ValueError(f"replica file {name!r} is not a source file of dataset {self.name!r}")
 
     @staticmethod
-    def expected_checksum(f: SourceFile, folder: Path, lock: sources.ChecksumLock) -> str | None:
+    def expected_checksum(f: SourceFile, folder: Path, lock: checksums.ChecksumLock) -> str | None:
         """The checksum ``f`` must match: published, read from its ``checksum_file``, or recorded
         in the lock file; None when none is known yet."""
         if f.checksum:
@@ -272,7 +272,7 @@ class Dataset:
             path = folder / f.checksum_file
             text = path.read_text().split() if path.is_file() else []
             if not text:
-                raise sources.ChecksumError(f"{path}: no md5 in the checksum file of {f.name}")
+                raise errors.ChecksumError(f"{path}: no md5 in the checksum file of {f.name}")
             return f"md5:{text[0].lower()}"
         return lock.get(f"{folder.name}/{f.name}")
 
@@ -297,7 +297,7 @@ class Dataset:
             table = self.read_table(root)
         self.check_table(table, root, replica)
         if not replica:
-            sources.ChecksumLock(data_root).record(unverified)
+            checksums.ChecksumLock(data_root).record(unverified)
         meta = {"dataset": self.name, "root": str(root.resolve()), "levels": list(self.levels),
                 "protocol": self.protocol, "replica": replica, **self.extra_meta(table)}
         if self.derived_from:
@@ -330,7 +330,7 @@ class Dataset:
             source = self.extract_dir(data_root)
         elif source.is_file():
             checksum = self.verify_archive(source)
-            source = sources.extract(source, self.extract_dir(data_root), checksum=checksum)
+            source = archives.extract(source, self.extract_dir(data_root), checksum=checksum)
         root = self.find_root(source)
         if root is None:
             where = f"{self.top}/{self.marker}" if self.top else self.marker
@@ -342,28 +342,28 @@ class Dataset:
         """Re-verify every file ``download.json`` lists, extract or link it into the tree; return
         the files without a checksum yet."""
         record = json.loads(record_path.read_text())
-        folder, tree, lock = record_path.parent, self.extract_dir(data_root), sources.ChecksumLock(data_root)
+        folder, tree, lock = record_path.parent, self.extract_dir(data_root), checksums.ChecksumLock(data_root)
         unverified = {}
-        with sources.file_lock(tree.with_name(f".{tree.name}.lock")):  # datasets sharing the tree take turns
+        with checksums.file_lock(tree.with_name(f".{tree.name}.lock")):  # datasets sharing the tree take turns
             for name, entry in record["files"].items():
                 unverified.update(self._unpack_one(folder, name, entry, tree, lock, record_path))
         return unverified
 
     @staticmethod
-    def _unpack_one(folder: Path, name: str, entry: dict, tree: Path, lock: sources.ChecksumLock,
+    def _unpack_one(folder: Path, name: str, entry: dict, tree: Path, lock: checksums.ChecksumLock,
                     record_path: Path) -> dict[str, Path]:
         """Re-verify one listed file and extract or link it; ``{lock key: path}`` when it has no checksum yet."""
         path, key = folder / name, f"{folder.name}/{name}"
         checksum = entry.get("checksum") or lock.get(key)
         if checksum:
-            sources.reverify(path, checksum)
+            checksums.reverify(path, checksum)
         elif not path.is_file():
             raise FileNotFoundError(f"{path} is listed in {record_path} but missing; download it again")
         if entry.get("extract", True):
-            sources.extract(path, tree / entry.get("into", ""), checksum=checksum)
+            archives.extract(path, tree / entry.get("into", ""), checksum=checksum)
         else:
             into = tree / entry.get("into", "")
-            (into / sources.EXTRACTED_MARKER).mkdir(parents=True, exist_ok=True)  # ours: archives may extract here too
+            (into / archives.EXTRACTED_MARKER).mkdir(parents=True, exist_ok=True)  # ours: archives may extract here too
             sources.place(path, into / Path(name).name)
         return {} if checksum else {key: path}
 
@@ -380,13 +380,13 @@ class Dataset:
         The expected checksum is the one it was verified against at download (its
         ``.verified`` sidecar), else the one a generated replica states beside it
         (``.sha256``), else the dataset's. It is hashed only when its size or mtime changed
-        since the last verification; a mismatch raises :class:`~rankrepro.data.sources.ChecksumError`.
+        since the last verification; a mismatch raises :class:`~rankrepro.data.errors.ChecksumError`.
         """
         files = self.source_files()
-        checksum = sources.recorded_checksum(archive) or (files[0].checksum if len(files) == 1 else None)
+        checksum = checksums.recorded_checksum(archive) or (files[0].checksum if len(files) == 1 else None)
         if not checksum:
             raise ValueError(f"dataset {self.name!r}: no checksum known for {archive}")
-        sources.reverify(archive, checksum)
+        checksums.reverify(archive, checksum)
         return checksum
 
     # -- checks ---------------------------------------------------------------------------------

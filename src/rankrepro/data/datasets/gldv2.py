@@ -82,7 +82,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rankrepro.data import sources
+from rankrepro.data import checksums
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_file, write_tar
@@ -303,7 +303,7 @@ class GLDv2(Dataset):
             split, file = name.split("/")
             md5 = md5_name(split, int(file[len("images_"):-len(".tar")]))
             (out_dir / md5).parent.mkdir(parents=True, exist_ok=True)
-            write_file(out_dir / md5, f"{sources.file_digest(out_dir / name, 'md5')}  {file}\n".encode())
+            write_file(out_dir / md5, f"{checksums.file_digest(out_dir / name, 'md5')}  {file}\n".encode())
             md5s.append(md5)
         return [*texts, *shards, *md5s]
 
@@ -413,7 +413,7 @@ class GLDv2HierRebuilt(Dataset):
         table, names = attach_hierarchy(base.table, read_hierarchy(train_file), read_hierarchy(index_file))
         carried = {k: base.meta[k] for k in ("ground_truth", "landmark_id_space") if k in base.meta}
         self._meta = {**carried, **{f"{level}_names": names[level] for level in HIER_LEVELS},
-                      "labels": {str(f): sources.file_digest(f, "sha256") for f in (train_file, index_file)}}
+                      "labels": {str(f): checksums.file_digest(f, "sha256") for f in (train_file, index_file)}}
         return table
 
     def extra_meta(self, table: pd.DataFrame) -> dict:
