@@ -70,14 +70,21 @@ def cmd_cache(args) -> None:
     print(json.dumps(record))
 
 
-def cmd_train(args) -> None:
-    from rankrepro.engine.train import train
+def _task(run_json: str):
+    """The run record at ``run_json`` and its task (:mod:`rankrepro.engine.tasks`: its trainer and evaluator)."""
+    from rankrepro.engine.tasks import task_of
 
+    run = _json(run_json)
+    return run, task_of(run, where=run_json)
+
+
+def cmd_train(args) -> None:
     _threads(args.threads)
     _image_cache(args.image_cache)
     run_path = Path(args.run)
-    model = train(_json(args.run), args.manifest, run_path.parent, device=args.device, num_workers=args.num_workers,
-                  run_id=run_path.parent.name, progress=not args.no_progress)
+    run, task = _task(args.run)
+    model = task.train(run, args.manifest, run_path.parent, device=args.device, num_workers=args.num_workers,
+                       run_id=run_path.parent.name, progress=not args.no_progress)
     if args.evaluate_out:
         from rankrepro.data.images import use_image_cache
 
@@ -103,13 +110,11 @@ def cmd_evaluate(args) -> None:
 
 
 def _evaluate(args, model, out) -> None:
-    """Evaluate ``args.run``'s ``model`` into ``out`` (metrics.json) and, with ``--curve``, plot the
-    run's training curve (history.csv beside run.json, the final metrics in the title)."""
-    from rankrepro.engine.evaluate import evaluate
-
-    result = evaluate(_json(args.run), args.manifest, model, out, device=args.device,
-                      num_workers=args.num_workers, batch_size=args.batch_size, run_id=Path(args.run).parent.name,
-                      progress=not args.no_progress)
+    """Evaluate ``args.run``'s ``model`` into ``out`` (metrics.json) with its task's evaluator and, with
+    ``--curve``, plot the run's training curve (history.csv beside run.json, the final metrics in the title)."""
+    run, task = _task(args.run)
+    result = task.evaluate(run, args.manifest, model, out, device=args.device, num_workers=args.num_workers,
+                           batch_size=args.batch_size, run_id=Path(args.run).parent.name, progress=not args.no_progress)
     if args.curve:
         from rankrepro.tables.plots import training_curve
 
