@@ -92,7 +92,8 @@ def test_vehicleid_scores_each_test_list_against_itself():
 
 
 def test_dyml_benchmarks_pair_each_levels_query_and_gallery_finest_first():
-    rows = [("bmk_coarse/query/x.jpg", "query_coarse", 0, 0, 9), ("bmk_coarse/gallery/x.jpg", "gallery_coarse", 0, 0, 9),
+    rows = [("bmk_coarse/query/x.jpg", "query_coarse", 0, 0, 9),
+            ("bmk_coarse/gallery/x.jpg", "gallery_coarse", 0, 0, 9),
             ("bmk_fine/query/y.jpg", "query_fine", 4, 0, 0), ("bmk_fine/gallery/y.jpg", "gallery_fine", 4, 0, 0),
             ("bmk_fine/gallery/z.jpg", "gallery_fine", 5, 0, 0)]
     benchmarks = {"coarse": {"query": "query_coarse", "gallery": "gallery_coarse", "column": "level_2"},
