@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from rankrepro.data import datasets
+from rankrepro.data.datasets.gldv2_ground_truth import ground_truth_positions
 from rankrepro.data.manifest import read_manifest
 from rankrepro.engine import evaluate as evaluate_module
 from rankrepro.engine.evaluate import evaluate
@@ -273,7 +274,7 @@ def test_dyml_product_is_same_set_with_three_levels(base_run, manifests, model_p
 def test_gldv2_ground_truth_positions(name, manifests):
     manifest = read_manifest(manifests[name])
     q, g = manifest.split("query"), manifest.split("gallery")
-    gt = evaluate_module.gldv2_ground_truth(manifest, q, g)
+    gt = ground_truth_positions(manifest, q, g)
     solution = solution_rows(manifest)
     assert len(gt) == len(q.table) and len(q.table) == sum(v != ["None"] for v in solution.values())
     gallery_paths = list(g.table["path"])

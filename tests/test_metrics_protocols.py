@@ -222,7 +222,7 @@ def test_device_reaches_every_protocol(name, monkeypatch):
         return inputs.as_embeddings(x, what, device)
 
     monkeypatch.setattr(core, "as_embeddings", spy)
-    monkeypatch.setattr(protocols, "as_embeddings", spy)
+    monkeypatch.setattr(protocols.gldv2, "as_embeddings", spy)
     args, kw = _protocol_inputs(name, np.random.default_rng(8))
     ref = compute(*args, protocol=name, **kw)
     seen.clear()

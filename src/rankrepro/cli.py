@@ -65,13 +65,20 @@ def cmd_cache(args) -> None:
     print(json.dumps(record))
 
 
-def cmd_train(args) -> None:
-    from rankrepro.engine.train import train
+def _task(run_json: str):
+    """The run record at ``run_json`` and its task (:mod:`rankrepro.engine.tasks`: its trainer and evaluator)."""
+    from rankrepro.engine.tasks import task_of
 
+    run = _json(run_json)
+    return run, task_of(run, where=run_json)
+
+
+def cmd_train(args) -> None:
     _threads(args.threads)
     run_path = Path(args.run)
-    model = train(_json(args.run), args.manifest, run_path.parent, device=args.device, num_workers=args.num_workers,
-                  run_id=run_path.parent.name, progress=not args.no_progress, image_cache=args.image_cache)
+    run, task = _task(args.run)
+    model = task.train(run, args.manifest, run_path.parent, device=args.device, num_workers=args.num_workers,
+                       run_id=run_path.parent.name, progress=not args.no_progress, image_cache=args.image_cache)
     if args.evaluate_out:  # the evaluation transform's cache, or the originals
         _evaluate(args, model, args.evaluate_out, args.eval_image_cache)
 
@@ -93,14 +100,13 @@ def cmd_evaluate(args) -> None:
 
 
 def _evaluate(args, model, out, image_cache: str | None) -> None:
-    """Evaluate ``args.run``'s ``model`` into ``out`` (metrics.json), its datasets read from
-    ``image_cache`` (None: the originals), and, with ``--curve``, plot the run's training curve
+    """Evaluate ``args.run``'s ``model`` into ``out`` (metrics.json) with its task's evaluator, its datasets
+    read from ``image_cache`` (None: the originals), and, with ``--curve``, plot the run's training curve
     (history.csv beside run.json, the final metrics in the title)."""
-    from rankrepro.engine.evaluate import evaluate
-
-    result = evaluate(_json(args.run), args.manifest, model, out, device=args.device,
-                      num_workers=args.num_workers, batch_size=args.batch_size, run_id=Path(args.run).parent.name,
-                      progress=not args.no_progress, image_cache=image_cache)
+    run, task = _task(args.run)
+    result = task.evaluate(run, args.manifest, model, out, device=args.device, num_workers=args.num_workers,
+                           batch_size=args.batch_size, run_id=Path(args.run).parent.name, progress=not args.no_progress,
+                           image_cache=image_cache)
     if args.curve:
         from rankrepro.tables.plots import training_curve
 

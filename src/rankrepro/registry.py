@@ -213,20 +213,24 @@ class Registry:
 
     ``package``: a package whose modules are imported on first lookup, so that the
     registrations they hold run (e.g. ``rankrepro.losses``). ``context``: parameter names
-    the caller supplies at build time, not part of a run's parameters.
+    the caller supplies at build time, not part of a run's parameters. ``name_pattern``: what a
+    name must match (default ``[a-z0-9_]+``: names become parts of run ids and file names; the
+    evaluation protocols keep the hyphenated names the manifests use).
     """
 
-    def __init__(self, kind: str, package: str | None = None, context: tuple[str, ...] = ()):
+    def __init__(self, kind: str, package: str | None = None, context: tuple[str, ...] = (),
+                 name_pattern: str = r"[a-z0-9_]+"):
         self.kind = kind
         self.package = package
         self.context = tuple(context)
+        self.name_pattern = name_pattern
         self._entries: dict[str, Entry] = {}
         self._loaded = package is None
 
     def register(self, name: str, builder: Callable | None = None, **fixed):
         """Register ``builder`` under ``name`` (with ``fixed`` keywords); without ``builder``, a decorator."""
-        if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_]+", name):
-            raise ValueError(f"{self.kind} name must match [a-z0-9_]+, got {name!r}")
+        if not isinstance(name, str) or not re.fullmatch(self.name_pattern, name):
+            raise ValueError(f"{self.kind} name must match {self.name_pattern}, got {name!r}")
 
         def add(obj):
             entry = Entry(self.kind, name, obj, dict(fixed), self.context)
@@ -255,6 +259,11 @@ class Registry:
         """The registered names, sorted."""
         self._load()
         return sorted(self._entries)
+
+    def registered(self) -> list[str]:
+        """The registered names in the order they were registered."""
+        self._load()
+        return list(self._entries)
 
     def __contains__(self, name: str) -> bool:
         self._load()

@@ -218,8 +218,17 @@ def canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
+#: keys added to the run record after run ids were fixed, with their defaults: :func:`run_id` leaves such a
+#: key out of the hash while it equals its default, so every run planned before the key existed keeps its id
+#: (results/runs/<id>/ stays where it is); any other value is hashed like every key
+ID_NEUTRAL_DEFAULTS = {"task": "retrieval"}
+
+
 def run_id(run: dict) -> str:
-    digest = hashlib.sha1(canonical_json(run).encode()).hexdigest()[:10]
+    """``<dataset>-<loss>-<first 10 hex of the SHA-1 of the canonical JSON>`` (keys of
+    :data:`ID_NEUTRAL_DEFAULTS` at their default left out)."""
+    hashed = {k: v for k, v in run.items() if k not in ID_NEUTRAL_DEFAULTS or v != ID_NEUTRAL_DEFAULTS[k]}
+    digest = hashlib.sha1(canonical_json(hashed).encode()).hexdigest()[:10]
     return f"{run['dataset']}-{run['loss']['name']}-{digest}"
 
 

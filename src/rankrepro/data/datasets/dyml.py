@@ -2,7 +2,7 @@
 
 Three registrations of one class, ``dyml_vehicle`` / ``dyml_animal`` / ``dyml_product``
 (keyword ``domain``). Three levels, finest first: ``fine``, ``middle``, ``coarse``. Protocol
-``dyml`` (:func:`rankrepro.metrics.protocols.dyml`): Vehicle and Animal have one query/gallery
+``dyml`` (:func:`rankrepro.metrics.protocols.dyml.dyml`): Vehicle and Animal have one query/gallery
 benchmark per level; Product has one same-set test set with all three label columns.
 
 Source (manual). The authors share the data on OneDrive

@@ -7,8 +7,8 @@ Two registrations of one class share their files (``source = "gldv2"``: one down
 - ``gldv2_hier``: ``landmark``, ``hierarchical_label`` (78 released clusters) and
   ``natural_or_human_made`` (2), from the May-2023 release's ``*_label_to_hierarchical.csv``.
 
-Protocol ``gldv2-suprank`` (:func:`rankrepro.metrics.protocols.gldv2_suprank`; suprank.md §3.2,
-hgldv2.md §3).
+Protocol ``gldv2-suprank`` (:mod:`rankrepro.metrics.protocols.gldv2`; suprank.md §3.2,
+hgldv2.md §3), which reads the ground truth with :mod:`rankrepro.data.datasets.gldv2_ground_truth`.
 
 Source files (https://s3.amazonaws.com/google-landmark/, cvdfoundation/google-landmark README
 @183f68a; download names = the S3 paths, so ``downloads/gldv2/`` mirrors the bucket):

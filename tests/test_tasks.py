@@ -1,0 +1,50 @@
+"""The task registry: a run's ``task`` selects its trainer and evaluator (rankrepro.engine.tasks); the planner
+fills and checks it, and the default task leaves run ids as they were."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from rankrepro.engine.evaluate import evaluate
+from rankrepro.engine.tasks import DEFAULT_TASK, TASKS, task_of
+from rankrepro.engine.train import train
+from rankrepro.experiments.plan import ID_NEUTRAL_DEFAULTS, SCHEMA_DIR, PlanError, resolve_run, run_id
+from rankrepro.registry import UnknownNameError
+
+
+def test_the_retrieval_task_trains_and_evaluates_retrieval_runs():
+    task = task_of({"task": "retrieval"})
+    assert task.train is train and task.evaluate is evaluate
+    assert task_of({}) == task  # a run.json written before runs named their task
+
+
+def test_unknown_task_names_the_file_and_the_registered_tasks():
+    with pytest.raises(UnknownNameError, match=r"results/runs/x/run.json: task: unknown task 'detection'; "
+                                               r"registered: retrieval"):
+        task_of({"task": "detection"}, where="results/runs/x/run.json")
+
+
+def test_the_run_schema_lists_the_registered_tasks_and_their_default():
+    schema = yaml.safe_load((SCHEMA_DIR / "run.schema.yaml").read_text())
+    task = schema["properties"]["task"]
+    assert task["enum"] == TASKS.names() and task["default"] == DEFAULT_TASK == ID_NEUTRAL_DEFAULTS["task"]
+    assert "task" in schema["required"]
+
+
+def test_planning_fills_the_task_and_keeps_the_run_id():
+    run = resolve_run("suprank_sop", {"name": "smooth_ap"})
+    assert run["task"] == "retrieval"
+    without = {k: v for k, v in run.items() if k != "task"}
+    assert run_id(run) == run_id(without)  # ids fixed before runs had a task stay
+    other = copy.deepcopy(run)
+    other["task"] = "face_retrieval"  # any other task is hashed
+    assert run_id(other) != run_id(run)
+    assert run_id(run) == run_id(resolve_run("suprank_sop", {"name": "smooth_ap"}, {"task": "retrieval"}))
+
+
+def test_an_unknown_task_fails_planning_naming_the_key():
+    with pytest.raises(PlanError, match=r"task: 'detection' is not one of \['retrieval'\]"):
+        resolve_run("suprank_sop", {"name": "smooth_ap"}, {"task": "detection"})
