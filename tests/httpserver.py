@@ -91,8 +91,8 @@ class DownloadServer(loopback.LoopbackServer):
         if start is not None and start >= size:
             return loopback.Response(416, headers={"Content-Range": f"bytes */{size}"})
         if start is not None:
-            return loopback.Response(206, route.body[start:], headers={"Content-Range": f"bytes {start}-{size - 1}/{size}"},
-                                     truncate_at=route.truncate_at)
+            return loopback.Response(206, route.body[start:], truncate_at=route.truncate_at,
+                                     headers={"Content-Range": f"bytes {start}-{size - 1}/{size}"})
         return loopback.Response(200, route.body, truncate_at=route.truncate_at)
 
 
