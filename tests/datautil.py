@@ -3,9 +3,28 @@
 from __future__ import annotations
 
 import shutil
+import tarfile
+import zipfile
 from pathlib import Path
 
 from rankrepro.data import datasets
+
+
+def replica_folder(out: str | Path, dataset: str, **options) -> Path:
+    """``out`` holding ``dataset``'s generated replica files (``write_replica(out, **options)``)."""
+    datasets.load(dataset).write_replica(out, **options)
+    return Path(out)
+
+
+def unpacked(archive: str | Path, out: str | Path) -> Path:
+    """``out`` holding ``archive`` (zip or tar) unpacked as a user would, without the pipeline."""
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(out)
+    else:
+        with tarfile.open(archive) as tf:
+            tf.extractall(out, filter="data")
+    return Path(out)
 
 
 def replica_archive(dataset: str, archive: str | Path, **options) -> str:

@@ -1,16 +1,17 @@
-"""A real HTTP server on 127.0.0.1 for network tests: registered payloads with misbehaviours.
+"""The tests' download server: registered payloads with misbehaviours, on :mod:`rankrepro.loopback`.
 
-Each path is a :class:`Route`: a byte payload plus how to misbehave when serving
-it. "Wrong content" needs no option: register bytes that do not match the
-checksum the client expects. Every request is recorded (path, headers, status,
-body bytes actually sent) so tests can assert what went over the wire.
+Each path is a :class:`Route`: a byte payload plus how to misbehave when serving it. "Wrong
+content" needs no option: register bytes that do not match the checksum the client expects. Every
+request is recorded (target, headers, status, body bytes actually sent) so tests can assert what
+went over the wire.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from rankrepro import loopback
 
 
 @dataclass
@@ -40,38 +41,20 @@ class Route:
 class Request:
     """One request as the server saw it."""
 
-    path: str
+    path: str  # the request target: path and query
     headers: dict[str, str]
     status: int
     sent: int  # body bytes written
 
 
-class LoopbackServer:
-    """Threaded ``http.server`` on an ephemeral 127.0.0.1 port; use as a context manager."""
+class DownloadServer(loopback.LoopbackServer):
+    """A loopback server answering registered routes (by request target); use as a context manager."""
 
     def __init__(self):
+        super().__init__(self._respond)
         self.routes: dict[str, Route] = {}
         self.log: list[Request] = []
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
-
-    def __enter__(self) -> "LoopbackServer":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
-
-    @property
-    def port(self) -> int:
-        return self._httpd.server_address[1]
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
 
     def add(self, path: str, body: bytes = b"", **behaviour) -> str:
         """Register ``path`` (see :class:`Route` for ``behaviour``); return its URL."""
@@ -83,60 +66,39 @@ class LoopbackServer:
         with self._lock:
             return [r for r in self.log if r.path == path]
 
-    def _record(self, request: Request) -> None:
+    def _respond(self, request: loopback.Request) -> loopback.Response:
+        response = self._route(request)
+        with self._lock:  # recorded before the client sees a byte
+            self.log.append(Request(request.target, request.headers, response.status, len(response.sent)))
+        return response
+
+    def _route(self, request: loopback.Request) -> loopback.Response:
+        route = self.routes.get(request.target)
+        if route is None:
+            return loopback.Response(404, b"not found")
         with self._lock:
-            self.log.append(request)
+            route.served += 1
+            attempt = route.served
+        failure = {"Retry-After": route.retry_after} if route.retry_after is not None else {}
+        if route.always_status is not None:
+            return loopback.Response(route.always_status, b"failure", headers=failure)
+        if attempt <= route.fail_first:
+            return loopback.Response(route.fail_status, b"failure", headers=failure)
+        if route.redirect_to is not None:
+            return loopback.Response(302, headers={"Location": route.redirect_to})
+        start = _range_start(request.header("Range")) if route.ranges else None
+        size = len(route.body)
+        if start is not None and start >= size:
+            return loopback.Response(416, headers={"Content-Range": f"bytes */{size}"})
+        if start is not None:
+            return loopback.Response(206, route.body[start:], truncate_at=route.truncate_at,
+                                     headers={"Content-Range": f"bytes {start}-{size - 1}/{size}"})
+        return loopback.Response(200, route.body, truncate_at=route.truncate_at)
 
 
-def _handler_for(server: LoopbackServer):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"  # one request per connection: a truncated body ends in EOF
-
-        def do_GET(self):
-            route = server.routes.get(self.path)
-            if route is None:
-                return self._reply(404, b"not found")
-            with server._lock:
-                route.served += 1
-                attempt = route.served
-            if route.always_status is not None:
-                return self._reply(route.always_status, b"failure", retry_after=route.retry_after)
-            if attempt <= route.fail_first:
-                return self._reply(route.fail_status, b"failure", retry_after=route.retry_after)
-            if route.redirect_to is not None:
-                return self._reply(302, b"", location=route.redirect_to)
-            start = _range_start(self.headers.get("Range")) if route.ranges else None
-            size = len(route.body)
-            if start is not None and start >= size:
-                return self._reply(416, b"", content_range=f"bytes */{size}")
-            if start is not None:
-                return self._reply(206, route.body[start:], content_range=f"bytes {start}-{size - 1}/{size}",
-                                   truncate_at=route.truncate_at)
-            return self._reply(200, route.body, truncate_at=route.truncate_at)
-
-        def _reply(self, status, body, *, retry_after=None, location=None, content_range=None, truncate_at=None):
-            sent = body[:truncate_at] if truncate_at is not None else body
-            server._record(Request(self.path, dict(self.headers), status, len(sent)))  # before the client sees a byte
-            self.send_response(status)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(len(body)))
-            for name, value in (("Retry-After", retry_after), ("Location", location),
-                                ("Content-Range", content_range)):
-                if value is not None:
-                    self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(sent)
-            self.wfile.flush()
-
-        def log_message(self, *args):
-            pass
-
-    return Handler
-
-
-def _range_start(header: str | None) -> int | None:
+def _range_start(header: str) -> int | None:
     """N from ``bytes=N-`` or ``bytes=N-M``; None when absent or malformed."""
-    if not header or not header.startswith("bytes="):
+    if not header.startswith("bytes="):
         return None
     first = header[len("bytes="):].split("-")[0]
     return int(first) if first.isdigit() else None

@@ -180,6 +180,7 @@ def test_bninception_refuses_weights_of_another_network(tmp_path, bninception):
         build_backbone("bninception", str(path))
 
 
+@pytest.mark.slow
 def test_bninception_embeds_and_trains_end_to_end():
     torch.manual_seed(0)
     net = RetrievalNet("bninception", "none", pooling="avg", layernorm=False, embed_dim=64, freeze_bn=False)
@@ -192,6 +193,7 @@ def test_bninception_embeds_and_trains_end_to_end():
 # ---------------------------------------------------------------------- a Table 1 setup trains
 
 
+@pytest.mark.slow
 def test_a_table1_setup_trains_densenet201_on_cpu(tmp_path):
     """topk_densenet201_sop with demo-like overrides (random init, 32-pixel crops, one batch of the
     paper's sampler: 2 classes x 4 images, so l_k (k = 5) is not zero) on a generated SOP replica:

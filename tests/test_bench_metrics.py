@@ -9,6 +9,7 @@ pytest.importorskip("faiss")
 from rankrepro.bench import metrics as bench  # noqa: E402
 
 
+@pytest.mark.slow
 def test_bench_tiny(tmp_path):
     rows = bench.run(tmp_path, shapes=[("tiny", 1200, 200, 4), ("tail", 1500, 40, 3)], dim=16, isolate=False,
                      repeats=2)

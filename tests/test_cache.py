@@ -259,6 +259,7 @@ def _sop_cache_reads(wf, stdout):
     return reading
 
 
+@pytest.mark.slow
 def test_workflow_wiring(tmp_path):
     wf = workflow_copy(tmp_path)
     on = _dry_run(wf)
@@ -281,6 +282,7 @@ def test_workflow_wiring(tmp_path):
     assert _blocks(mixed, "evaluate") and not any("results/cache/" in b for b in _blocks(mixed, "evaluate"))
 
 
+@pytest.mark.slow
 def test_bench_tiny_writes_its_tables(tmp_path):
     from rankrepro.bench import pipeline
 

@@ -5,7 +5,6 @@ import csv
 import io
 import shutil
 import tarfile
-import zipfile
 
 import numpy as np
 import pandas as pd
@@ -13,6 +12,7 @@ import pytest
 import scipy.io
 from PIL import Image
 
+from datautil import replica_folder, unpacked
 from rankrepro.data import datasets
 from rankrepro.data.errors import ManualDownloadRequired
 from rankrepro.data.datasets import cars
@@ -25,18 +25,15 @@ FOLDERS = "car_data/car_data"
 @pytest.fixture(scope="module")
 def legacy(tmp_path_factory):
     """The legacy replica folder: car_ims.tgz, cars_annos.mat, replica.json."""
-    out = tmp_path_factory.mktemp("legacy")
-    CARS.write_replica(out, classes_per_split=3, seed=1)
-    return out
+    return replica_folder(tmp_path_factory.mktemp("legacy"), "cars", classes_per_split=3, seed=1)
 
 
 @pytest.fixture(scope="module")
 def kaggle(tmp_path_factory):
     """The Kaggle replica folder (the zip, replica.json) and a plain unzip of it."""
     out = tmp_path_factory.mktemp("kaggle")
-    CARS.write_replica(out / "replica", layout="folders", classes_per_split=3, seed=1)
-    with zipfile.ZipFile(out / "replica" / KAGGLE_ZIP) as zf:
-        zf.extractall(out / "unzipped")
+    replica_folder(out / "replica", "cars", layout="folders", classes_per_split=3, seed=1)
+    unpacked(out / "replica" / KAGGLE_ZIP, out / "unzipped")
     return out
 
 

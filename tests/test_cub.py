@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from datautil import replica_folder, unpacked
 from rankrepro.data import datasets
 from rankrepro.data.errors import ChecksumError
 from rankrepro.data.datasets import cub
@@ -21,18 +22,13 @@ TOP = "CUB_200_2011"
 @pytest.fixture(scope="module")
 def replica(tmp_path_factory):
     """The replica folder (CUB_200_2011.tgz, replica.json) with 3 classes per split."""
-    out = tmp_path_factory.mktemp("replica")
-    CUB.write_replica(out, classes_per_split=3, seed=1)
-    return out
+    return replica_folder(tmp_path_factory.mktemp("replica"), "cub", classes_per_split=3, seed=1)
 
 
 @pytest.fixture(scope="module")
 def extracted(replica, tmp_path_factory):
     """A plain untar of the replica (the parent of CUB_200_2011)."""
-    out = tmp_path_factory.mktemp("extracted")
-    with tarfile.open(replica / "CUB_200_2011.tgz") as tf:
-        tf.extractall(out, filter="data")
-    return out
+    return unpacked(replica / "CUB_200_2011.tgz", tmp_path_factory.mktemp("extracted"))
 
 
 def read_member(archive, name):

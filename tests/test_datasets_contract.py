@@ -98,27 +98,44 @@ def test_replica_counts_are_refused_as_real(name, prepared, tmp_path):
     assert not (tmp_path / "m" / META_JSON).exists()
 
 
-@pytest.mark.parametrize("name", FILE_BASED)
-def test_a_truncated_archive_is_a_clear_error_and_no_output(name, tmp_path):
+def replica_and_first_archive(name: str, replica):
+    """(dataset, checksums, archive): ``name``'s replica written to ``replica`` and the name of its
+    first file that is extracted; skips the test for a dataset without an archive."""
     dataset = datasets.load(name)
-    checksums = dataset.write_replica(tmp_path / "replica")
-    archives = [n for n in checksums if next((f for f in dataset.replica_files(tmp_path / "replica")
-                                              if f.name == n)).extract]
+    checksums = dataset.write_replica(replica)
+    archives = [f.name for f in dataset.replica_files(replica) if f.extract]
     if not archives:
         pytest.skip(f"{name} has no archive")
-    victim = tmp_path / "replica" / archives[0]
+    return dataset, checksums, archives[0]
+
+
+def state_as_genuine(replica, name: str, checksums: dict, archive: str) -> None:
+    """Rewrite ``replica/replica.json`` so that ``archive``, as it is now, passes its checksum."""
+    digest = "sha256:" + file_digest(replica / archive, "sha256")
+    (replica / "replica.json").write_text(json.dumps({"dataset": name, "files": {**checksums, archive: digest}}))
+
+
+def assert_prepare_fails_with_no_output(dataset, replica, data_root, out, match: str) -> None:
+    """Downloading ``replica`` works, preparing it raises ValueError(``match``) and writes no manifest."""
+    record = dataset.download(data_root, replica_dir=replica)
+    with pytest.raises(ValueError, match=match):
+        dataset.prepare(record, out, data_root=data_root, replica=True)
+    assert not (out / META_JSON).exists()
+
+
+@pytest.mark.parametrize("name", FILE_BASED)
+def test_a_truncated_archive_is_a_clear_error_and_no_output(name, tmp_path):
+    replica = tmp_path / "replica"
+    dataset, checksums, archive = replica_and_first_archive(name, replica)
+    victim = replica / archive
     data = victim.read_bytes()
     victim.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ChecksumError, match=archives[0].split("/")[-1]):
-        dataset.download(tmp_path / "data", replica_dir=tmp_path / "replica")
+    with pytest.raises(ChecksumError, match=archive.split("/")[-1]):
+        dataset.download(tmp_path / "data", replica_dir=replica)
     assert not (tmp_path / "data" / "downloads" / dataset.source_name / "download.json").exists()
     # the same truncated archive, its checksum stated as if it were whole: extraction fails clearly
-    (tmp_path / "replica" / "replica.json").write_text(json.dumps(
-        {"dataset": name, "files": {**checksums, archives[0]: "sha256:" + file_digest(victim, "sha256")}}))
-    record = dataset.download(tmp_path / "data2", replica_dir=tmp_path / "replica")
-    with pytest.raises(ValueError, match="truncated or corrupt"):
-        dataset.prepare(record, tmp_path / "m", data_root=tmp_path / "data2", replica=True)
-    assert not (tmp_path / "m" / META_JSON).exists()
+    state_as_genuine(replica, name, checksums, archive)
+    assert_prepare_fails_with_no_output(dataset, replica, tmp_path / "data2", tmp_path / "m", "truncated or corrupt")
 
 
 @pytest.mark.parametrize("name", FILE_BASED)
@@ -134,12 +151,9 @@ def test_a_path_traversal_member_is_refused_and_no_output(name, tmp_path):
     import tarfile
     import zipfile
 
-    dataset = datasets.load(name)
-    checksums = dataset.write_replica(tmp_path / "replica")
-    archives = [f.name for f in dataset.replica_files(tmp_path / "replica") if f.extract]
-    if not archives:
-        pytest.skip(f"{name} has no archive")
-    victim = tmp_path / "replica" / archives[0]
+    replica = tmp_path / "replica"
+    dataset, checksums, archive = replica_and_first_archive(name, replica)
+    victim = replica / archive
     if zipfile.is_zipfile(victim):
         with zipfile.ZipFile(victim, "a") as zf:
             zf.writestr("../escape.txt", b"evil")
@@ -152,12 +166,9 @@ def test_a_path_traversal_member_is_refused_and_no_output(name, tmp_path):
             info.size = 4
             dst.addfile(info, io.BytesIO(b"evil"))
         victim.write_bytes(plain.read_bytes())  # an uncompressed tar under the .tar(.gz) name: still a tar
-    (tmp_path / "replica" / "replica.json").write_text(json.dumps(
-        {"dataset": name, "files": {**checksums, archives[0]: "sha256:" + file_digest(victim, "sha256")}}))
-    record = dataset.download(tmp_path / "data", replica_dir=tmp_path / "replica")
-    with pytest.raises(ValueError, match="would escape the destination"):
-        dataset.prepare(record, tmp_path / "m", data_root=tmp_path / "data", replica=True)
-    assert not (tmp_path / "m" / META_JSON).exists()
+    state_as_genuine(replica, name, checksums, archive)
+    assert_prepare_fails_with_no_output(dataset, replica, tmp_path / "data", tmp_path / "m",
+                                        "would escape the destination")
     assert not list(tmp_path.rglob("escape.txt"))
 
 

@@ -14,20 +14,11 @@ from rankrepro.hgldv2 import cluster
 from rankrepro.hgldv2.cluster import TINY_MODEL
 
 HEADER = "split,landmark_id,category,supercategory\n"
-ROWS = [
-    ("train", "1", "http://c/1", "church building"),
-    ("train", "2", "http://c/2", "lake"),
-    ("index", "3", "http://c/3", "church building"),
-    ("train", "4", "http://c/4", "ocean area "),
-    ("index", "5", "http://c/5", "ocean area"),
-    ("index", "6", "http://c/6", "mountain"),
-    ("train", "7", "http://c/7", "church building"),
-    ("train", "8", "http://c/8", "bridge"),
-    ("index", "9", "http://c/9", "lake"),
-    ("train", "10", "http://c/10", "castle"),
-    ("train", "11", "http://c/11", "museum"),
-    ("index", "12", "http://c/12", "waterfall"),
-]
+#: (split, landmark_id, category, supercategory): landmark i has the category http://c/<i>
+ROWS = [(split, str(i), f"http://c/{i}", name) for i, (split, name) in enumerate([
+    ("train", "church building"), ("train", "lake"), ("index", "church building"), ("train", "ocean area "),
+    ("index", "ocean area"), ("index", "mountain"), ("train", "church building"), ("train", "bridge"),
+    ("index", "lake"), ("train", "castle"), ("train", "museum"), ("index", "waterfall")], start=1)]
 
 
 def write_csv(path, rows=ROWS, header=HEADER):

@@ -79,6 +79,7 @@ def test_bad_names_are_clear_errors(tmp_path):
 VIT_WIDTH = {"deit_small": 384, "vit_base": 768}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["deit_small", "vit_base"])
 def test_vit_backbones_embed_at_224(name):
     width = VIT_WIDTH[name]
@@ -94,6 +95,7 @@ def test_vit_backbones_embed_at_224(name):
     assert isinstance(net.projection_layer, torch.nn.Linear)
 
 
+@pytest.mark.slow
 def test_vit_cls_pooling_is_timms_token_pooling():
     net = RetrievalNet("deit_small", "none", pooling="cls", layernorm=False, embed_dim=384, projection=False).eval()
     x = torch.randn(1, 3, 224, 224)
@@ -103,6 +105,7 @@ def test_vit_cls_pooling_is_timms_token_pooling():
         torch.testing.assert_close(net(x), torch.nn.functional.normalize(vit(x), dim=-1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["deit_small", "vit_base"])
 def test_vit_weights_from_a_file(tmp_path, name):
     import timm
@@ -119,6 +122,7 @@ def test_vit_weights_from_a_file(tmp_path, name):
         build_backbone(name, str(tmp_path / "missing.pt"))
 
 
+@pytest.mark.slow
 def test_deit_small_takes_distilled_weights_as_the_official_code(tmp_path):
     import timm
 
@@ -132,6 +136,7 @@ def test_deit_small_takes_distilled_weights_as_the_official_code(tmp_path):
     assert not hasattr(loaded.model, "dist_token") or loaded.model.dist_token is None
 
 
+@pytest.mark.slow
 def test_vit_weights_of_another_architecture_are_refused(tmp_path):
     import timm
 

@@ -147,18 +147,29 @@ SPECS = spec_names()
 STATIC_SPECS = [(p, t) for p, t in SPECS if load_spec(p, t).get("kind") == "static"]
 
 
-@needs_papers
-@pytest.mark.parametrize("paper,table", SPECS, ids=[f"{p}/{t}" for p, t in SPECS])
-def test_spec_numbers_are_the_papers(paper, table):
+def table_spec(paper: str, table: str) -> dict:
+    """The spec of ``paper``/``table``; a sweep skips the test (its points are figure readings)."""
     spec = load_spec(paper, table)
     if spec.get("kind") == "sweep":
         pytest.skip("a sweep's points are figure readings: tests/test_sweeps.py checks them")
+    return spec
+
+
+def printed_table(spec: dict) -> list[str]:
+    """The lines of the paper's text that print the table ``spec["source"]`` names."""
     file, heading = parse_source(spec["source"])
     assert (PAPERS / file).is_file(), f"{spec['_file']}: source names {file}, not in {PAPERS}"
+    return table_block(paper_text(file), heading)
+
+
+@needs_papers
+@pytest.mark.parametrize("paper,table", SPECS, ids=[f"{p}/{t}" for p, t in SPECS])
+def test_spec_numbers_are_the_papers(paper, table):
+    spec = table_spec(paper, table)
     if spec.get("kind") == "static":
-        check_static_rows(table_block(paper_text(file), heading), spec)
+        check_static_rows(printed_table(spec), spec)
         return
-    check_rows(table_block(paper_text(file), heading), spec["rows"])
+    check_rows(printed_table(spec), spec["rows"])
 
 
 def test_every_paper_dir_has_specs_checked():
@@ -187,13 +198,10 @@ def test_a_mistyped_number_is_detected():
 @pytest.mark.parametrize("paper,table", SPECS, ids=[f"{p}/{t}" for p, t in SPECS])
 def test_every_transcribed_number_is_checked(paper, table):
     """Changing any one number of any row (by one in its last printed digit) fails the check."""
-    spec = load_spec(paper, table)
-    if spec.get("kind") == "sweep":
-        pytest.skip("a sweep's points are figure readings: tests/test_sweeps.py checks them")
-    file, heading = parse_source(spec["source"])
-    block = table_block(paper_text(file), heading)
+    spec = table_spec(paper, table)
     if spec.get("kind") == "static":
         pytest.skip("a static table's cells are text: test_every_static_cell_is_checked")
+    block = printed_table(spec)
     for r, row in enumerate(spec["rows"]):
         for c, value in enumerate(row["paper"]):
             if value is None:
@@ -216,8 +224,7 @@ def _static_edits(cell: str) -> list[str]:
 def test_every_static_cell_is_checked(paper, table):
     """Changing any digit of any cell of a static spec (or a cell without digits, or a header) fails."""
     spec = load_spec(paper, table)
-    file, heading = parse_source(spec["source"])
-    block = table_block(paper_text(file), heading)
+    block = printed_table(spec)
     check_static_rows(block, spec)
     for r, row in enumerate(spec["rows"]):
         for c, cell in enumerate(row["cells"]):

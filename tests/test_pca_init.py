@@ -147,6 +147,7 @@ def _stop_after_first_epoch(epoch):
         raise Interrupt
 
 
+@pytest.mark.slow
 def test_trainer_runs_pca_init_for_a_fresh_run_only(tmp_path, manifest_dir, monkeypatch):
     run = pca_run()
     assert run["model"]["projection_init"] == "pca"

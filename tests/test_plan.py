@@ -236,16 +236,27 @@ sys.meta_path.insert(0, _Block())
 """
 
 
-def test_the_planner_and_the_dry_run_import_no_torch(tmp_path):
+def torch_blocked_env(tmp_path) -> dict:
+    """The environment of a subprocess in which importing torch (or numba, faiss, ...) fails."""
     (tmp_path / "block").mkdir()
     (tmp_path / "block" / "sitecustomize.py").write_text(BLOCKER)
     env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'block'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     probe = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
     assert "imported while planning" in probe.stderr  # the blocker works
+    return env
+
+
+def test_the_planner_imports_no_torch(tmp_path):
+    env = torch_blocked_env(tmp_path)
     plan = subprocess.run([sys.executable, "-m", "rankrepro", "plan", "--config", str(REPO / "config.yaml"),
                            "--out", str(tmp_path / "plan")], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr
+
+
+@pytest.mark.slow
+def test_the_dry_run_imports_no_torch(tmp_path):
+    env = torch_blocked_env(tmp_path)
     from rankrepro.bench.plan import workflow_copy
 
     wf = tmp_path / "wf"

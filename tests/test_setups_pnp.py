@@ -6,25 +6,13 @@ count and shares runs where the paper reuses a result, and the demo profile's ov
 apply. Quotes: ../shared/papers/pnp_loss_aaai2022.txt; code: ../shared/spec/reference/losses.md
 section 2 (and section 1.2 for Smooth-AP's VehicleID / iNaturalist code)."""
 
-from pathlib import Path
-
 import pytest
 import yaml
 
 from rankrepro import catalog
-from rankrepro.experiments.plan import (
-    SETUPS_DIR,
-    Planner,
-    load_planned,
-    load_spec,
-    make_plan,
-    resolve_run,
-    run_id,
-    spec_names,
-)
+from rankrepro.experiments.plan import SETUPS_DIR, load_planned, load_spec, make_plan, resolve_run, run_id, spec_names
+from setuputil import DEMO, assert_demo_overrides_applied, run_of
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO = yaml.safe_load((REPO / "profiles" / "demo" / "demo.yaml").read_text())["run_overrides"]
 # "we directly set tau in Eq. 3 to 0.01"; alpha 4: code README's best run --variant PNP-D_q --alpha 4
 PNP_DQ = {"name": "pnp_dq", "alpha": 4.0, "tau": 0.01}
 PNP_IU = {"name": "pnp_iu", "tau": 0.01}
@@ -47,17 +35,8 @@ TABLES = [t for p, t in spec_names() if p == "pnp"]
 
 
 @pytest.fixture(scope="module")
-def planner():
-    return Planner()
-
-
-@pytest.fixture(scope="module")
 def plan():
     return make_plan({"pnp": TABLES})
-
-
-def run_of(planner, setup, loss=PNP_DQ):
-    return planner.resolve(setup, [("loss", {"loss": loss})])
 
 
 def test_the_file_holds_exactly_these_setups():
@@ -81,7 +60,7 @@ def test_every_setup_resolves_with_the_losses_the_paper_trains_on_it(setup):
 
 @pytest.mark.parametrize("setup", TRAINED)
 def test_the_papers_common_settings(planner, setup):
-    run = run_of(planner, setup)
+    run = run_of(planner, setup, PNP_DQ)
     # "the convolutional layers of ResNet-50 pretrained on ImageNet"; 512-d ("dimension (512)")
     model = run["model"]
     assert model["backbone"] == "resnet50" and model["pretrained"] == "imagenet"
@@ -102,16 +81,16 @@ def test_the_papers_common_settings(planner, setup):
     assert run["warmup_epochs"] == 0 and run["amp"] == "none" and run["loss"]["memory"] is None
 
 
-def test_the_code_disagreements_are_commented():
-    text = (SETUPS_DIR / "pnp.yaml").read_text()
-    assert "Followed: the code, because the paper's numbers come from it" in text
-    assert "train_resize: null" in text and "(paper: 256x256 first)" in text
-    assert "batch 112 assumed" in text  # Tables 6-7 give no batch size
+def test_the_assumed_batch_is_described():
+    setups = yaml.safe_load((SETUPS_DIR / "pnp.yaml").read_text())
+    assert setups["pnp_base"]["images"]["train_resize"] is None  # the code's RandomResizedCrop, not the paper's
+    for merged in ("pnp_sop_merge3", "pnp_vehicleid_merge3"):  # Tables 6-7 give no batch size
+        assert "batch 112 assumed" in setups[merged]["description"]
 
 
 @pytest.mark.parametrize("batch", [112, 384])
 def test_sop(planner, batch):
-    run = run_of(planner, f"pnp_sop_{batch}")
+    run = run_of(planner, f"pnp_sop_{batch}", PNP_DQ)
     # code README best run: --bs 384 --samples_per_class 4 --n_epochs 400; default milestones
     assert run["sampler"] == {"name": "m_per_class", "batch_size": batch, "samples_per_class": 4}
     assert run["epochs"] == 400 and run["schedule"]["milestones"] == [120, 220, 250, 280]
@@ -121,7 +100,7 @@ def test_sop(planner, batch):
 
 @pytest.mark.parametrize("batch", [112, 384])
 def test_vehicleid(planner, batch):
-    run = run_of(planner, f"pnp_vehicleid_{batch}")
+    run = run_of(planner, f"pnp_vehicleid_{batch}", PNP_DQ)
     assert run["sampler"] == {"name": "m_per_class", "batch_size": batch, "samples_per_class": 4}
     # no PNP VehicleID code: Smooth-AP's ("the same setting with (Brown et al. 2020)")
     assert run["epochs"] == 400 and run["schedule"]["milestones"] == [200, 300]
@@ -131,7 +110,7 @@ def test_vehicleid(planner, batch):
 
 
 def test_inat(planner):
-    run = run_of(planner, "pnp_inat_224")
+    run = run_of(planner, "pnp_inat_224", PNP_DQ)
     # Table 5: "the same batch size (224)"; one learning rate (Smooth-AP's last layer x2 not followed)
     assert run["sampler"] == {"name": "m_per_class", "batch_size": 224, "samples_per_class": 4}
     assert run["optimizer"]["lr_head"] == 1e-5
@@ -145,7 +124,7 @@ def test_inat(planner):
 def test_merged_sets_train_as_their_base(planner, merged, base):
     """Tables 6-7: the train classes merged by three, "we still use original test set"; the rest
     is the base setup's training."""
-    run, ref = run_of(planner, merged), run_of(planner, base)
+    run, ref = run_of(planner, merged, PNP_DQ), run_of(planner, base, PNP_DQ)
     assert run["dataset"] == base.split("_")[1] + "_merge3"
     assert catalog.load()["dataset"][run["dataset"]]["facts"]["derived_from"] == ref["dataset"]
     drop = ("dataset", "eval")
@@ -201,7 +180,7 @@ def test_robustness_tables_follow_the_printed_rows(plan):
         runs = {m: plan["runs"][ids[0]] for m, ids in _runs_by_method(plan, table).items()}
         assert [r["loss"]["name"] for r in runs.values()] == ["smooth_ap", "pnp_iu", "pnp_dq"]
         assert all(r["dataset"] == dataset and r["sampler"]["batch_size"] == 112 for r in runs.values())
-        assert "PNP-I_u" in (Path(load_spec("pnp", table)["_file"]).read_text())
+        assert "PNP-I_u" in {row["method"] for row in load_spec("pnp", table)["rows"]}
 
 
 def test_vehicleid_columns_read_the_protocols_subsets(plan):
@@ -236,11 +215,9 @@ def test_fig8_sweeps_share_the_tables_runs(plan):
 
 
 @pytest.mark.parametrize("setup", TRAINED)
-def test_demo_overrides_resolve(setup):
+def test_demo_overrides_resolve(demo_planner, setup):
     """profiles/demo/demo.yaml's run_overrides apply to every setup (only keys every sampler takes)."""
     for loss in SETUPS[setup][2]:
-        run = Planner(DEMO).resolve(setup, [("loss", {"loss": loss})])
-        assert run["model"]["backbone"] == DEMO["model"]["backbone"] and run["epochs"] == DEMO["epochs"]
-        assert run["images"]["train_crop"] == DEMO["images"]["train_crop"]
-        assert run["sampler"]["batch_size"] == DEMO["sampler"]["batch_size"]
+        run = run_of(demo_planner, setup, loss)
+        assert_demo_overrides_applied(run)
         assert run["sampler"]["samples_per_class"] == DEMO["sampler"]["samples_per_class"]

@@ -5,15 +5,13 @@ FastAP's defaults or is silent, the comments in the yaml say so), every spec pla
 demo profile's overrides still apply. Quotes: ../shared/papers/rambo_blackbox_rank_cvpr2020.txt."""
 
 import re
-from pathlib import Path
 
 import pytest
-import yaml
 
-from rankrepro.experiments.plan import Planner, load_planned, load_spec, make_plan, resolve_run, spec_names
+from rankrepro.experiments.plan import load_planned, load_spec, make_plan, resolve_run, spec_names
+from setuputil import assert_demo_overrides_applied, run_of
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO = yaml.safe_load((REPO / "profiles" / "demo" / "demo.yaml").read_text())["run_overrides"]
+RAMBO_RECALL = {"name": "rambo_recall"}
 
 #: setup -> (dataset, the Table 7 "Full RaMBO" weight_fn, Table 9 column)
 SETUPS = {
@@ -22,15 +20,6 @@ SETUPS = {
     "rambo_cub": ("cub", "loglog", "cub"),
 }
 TABLES = ["table1", "table2", "table3", "table4", "table5", "table7", "table8", "table9"]
-
-
-@pytest.fixture(scope="module")
-def planner():
-    return Planner()
-
-
-def run_of(planner, setup, loss=None):
-    return planner.resolve(setup, [("loss", {"loss": loss or {"name": "rambo_recall"}})])
 
 
 @pytest.mark.parametrize("setup", sorted(SETUPS))
@@ -48,7 +37,7 @@ def test_the_setups_are_not_planned():
 
 @pytest.mark.parametrize("setup", sorted(SETUPS))
 def test_shared_training(planner, setup):
-    run = run_of(planner, setup)
+    run = run_of(planner, setup, RAMBO_RECALL)
     model = run["model"]
     # 5.1 "a pretrained ResNet50 in which we replace the final softmax layer with a fully connected
     # embedding layer which produces a 512-dimensional vector ... We normalize each vector"
@@ -100,7 +89,7 @@ def test_table9_values_are_the_setups(planner):
     setup_of = {column: setup for setup, (_, _, column) in SETUPS.items()}
     assert [c["key"] for c in spec["columns"]] == ["sop", "inshop", "cub"]
     for c, column in enumerate(spec["columns"]):
-        run = run_of(planner, setup_of[column["key"]])
+        run = run_of(planner, setup_of[column["key"]], RAMBO_RECALL)
         assert run["optimizer"]["lr_backbone"] == pytest.approx(rows["lr"][c])
         assert run["loss"]["margin"] == rows["margin"][c]
         assert run["loss"]["lambda_val"] == rows["λ"][c]
@@ -110,21 +99,21 @@ def test_samplers(planner):
     # A "For the In-shop Clothes dataset we used 4 batches per pair of super-labels and 8 samples per
     # class within a batch. In the Online Products dataset we used 10 batches per pair of super-labels
     # along with 4 samples per class ... For CUB200, there are no super-labels and we just sample 4"
-    assert run_of(planner, "rambo_sop")["sampler"] == {
+    assert run_of(planner, "rambo_sop", RAMBO_RECALL)["sampler"] == {
         "name": "hierarchical", "batch_size": 128, "samples_per_class": 4, "batches_per_super_tuple": 10,
         "super_classes_per_batch": 2}
-    assert run_of(planner, "rambo_inshop")["sampler"] == {
+    assert run_of(planner, "rambo_inshop", RAMBO_RECALL)["sampler"] == {
         "name": "hierarchical", "batch_size": 128, "samples_per_class": 8, "batches_per_super_tuple": 4,
         "super_classes_per_batch": 2}
-    assert run_of(planner, "rambo_cub")["sampler"] == {"name": "m_per_class", "batch_size": 128,
+    assert run_of(planner, "rambo_cub", RAMBO_RECALL)["sampler"] == {"name": "m_per_class", "batch_size": 128,
                                                        "samples_per_class": 4}
 
 
 def test_metrics(planner):
     # Tables 2, 3, 4: R@K for K in {1, 10, 100, 1000}, {1, 2, 4, 8}, {1, 10, 20, 30, 50}
-    assert run_of(planner, "rambo_sop")["eval"]["metrics"] == ["R@1", "R@10", "R@100", "R@1000"]
-    assert run_of(planner, "rambo_cub")["eval"]["metrics"] == ["R@1", "R@2", "R@4", "R@8"]
-    assert run_of(planner, "rambo_inshop")["eval"]["metrics"] == ["R@1", "R@10", "R@20", "R@30", "R@50"]
+    assert run_of(planner, "rambo_sop", RAMBO_RECALL)["eval"]["metrics"] == ["R@1", "R@10", "R@100", "R@1000"]
+    assert run_of(planner, "rambo_cub", RAMBO_RECALL)["eval"]["metrics"] == ["R@1", "R@2", "R@4", "R@8"]
+    assert run_of(planner, "rambo_inshop", RAMBO_RECALL)["eval"]["metrics"] == ["R@1", "R@10", "R@20", "R@30", "R@50"]
 
 
 # ------------------------------------------------------------------------------ specs
@@ -186,9 +175,6 @@ def test_static_tables_have_no_runs(plan, table):
 
 
 @pytest.mark.parametrize("setup", sorted(SETUPS))
-def test_demo_overrides_resolve(setup):
+def test_demo_overrides_resolve(demo_planner, setup):
     """profiles/demo/demo.yaml's run_overrides apply to every setup."""
-    run = Planner(DEMO).resolve(setup, [("loss", {"loss": {"name": "rambo_recall"}})])
-    assert run["model"]["backbone"] == DEMO["model"]["backbone"] and run["epochs"] == DEMO["epochs"]
-    assert run["images"]["train_crop"] == DEMO["images"]["train_crop"]
-    assert run["sampler"]["batch_size"] == DEMO["sampler"]["batch_size"]
+    assert_demo_overrides_applied(run_of(demo_planner, setup, RAMBO_RECALL))

@@ -5,27 +5,14 @@ comments in the yaml say), every spec plans (runs, shared runs, pending face cel
 demo profile's overrides still apply. Quotes: ../shared/papers/smooth_ap_eccv2020.txt; code:
 ../shared/spec/reference/losses.md section 1."""
 
-import re
-from pathlib import Path
-
 import pytest
 import yaml
 
 from rankrepro import catalog
-from rankrepro.experiments.plan import (
-    SETUPS_DIR,
-    Planner,
-    load_planned,
-    load_setups,
-    load_spec,
-    make_plan,
-    resolve_run,
-    run_id,
-    spec_names,
-)
+from rankrepro.experiments.plan import (SETUPS_DIR, load_planned, load_setups, load_spec, make_plan, resolve_run,
+                                        run_id, spec_names)
+from setuputil import DEMO, assert_demo_overrides_applied, run_of
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO = yaml.safe_load((REPO / "profiles" / "demo" / "demo.yaml").read_text())["run_overrides"]
 SMOOTH_AP = {"name": "smooth_ap", "tau": 0.01}  # section 5.2: "For all experiments we set tau to 0.01"
 
 #: setup -> dataset (every setup of smooth_ap.yaml)
@@ -43,17 +30,8 @@ TABLES = [t for p, t in spec_names() if p == "smooth_ap"]
 
 
 @pytest.fixture(scope="module")
-def planner():
-    return Planner()
-
-
-@pytest.fixture(scope="module")
 def plan():
     return make_plan({"smooth_ap": TABLES})
-
-
-def run_of(planner, setup, loss=None):
-    return planner.resolve(setup, [("loss", {"loss": loss or SMOOTH_AP})])
 
 
 def test_the_file_holds_exactly_these_setups():
@@ -71,7 +49,7 @@ def test_every_setup_resolves_with_smooth_ap(setup):
 
 @pytest.mark.parametrize("setup", TRAINED)
 def test_the_papers_common_settings(planner, setup):
-    run = run_of(planner, setup)
+    run = run_of(planner, setup, SMOOTH_AP)
     # 5.2: "ResNet50 ... pretrained on ImageNet. We replace the final softmax layer with one
     # linear layer (... dimension being set to 512)"
     model = run["model"]
@@ -93,15 +71,9 @@ def test_the_papers_common_settings(planner, setup):
     assert run["warmup_epochs"] == 0 and run["amp"] == "none" and run["seed"] == 1
 
 
-def test_the_code_disagreements_are_commented():
-    text = (SETUPS_DIR / "smooth_ap.yaml").read_text()
-    assert "weight_decay: 4.0e-5" in text and "code: weight_decay 4e-4" in text
-    assert "Followed: the paper's 256x256 resize" in text
-
-
 @pytest.mark.parametrize("batch", [224, 384])
 def test_sop(planner, batch):
-    run = run_of(planner, f"smooth_ap_sop_{batch}")
+    run = run_of(planner, f"smooth_ap_sop_{batch}", SMOOTH_AP)
     # 5.2: "the same hard negative mining technique as [5, 54] only for the Online Products
     # dataset": FastAP's super-class batches (two super-categories, 5 batches per pair)
     assert run["sampler"] == {"name": "hierarchical", "batch_size": batch, "samples_per_class": 4,
@@ -114,7 +86,7 @@ def test_sop(planner, batch):
 
 
 def test_vehicleid(planner):
-    run = run_of(planner, "smooth_ap_vehicleid")
+    run = run_of(planner, "smooth_ap_vehicleid", SMOOTH_AP)
     # Table 3 caption: "The VehicleID results are obtained with a batch-size of 384"; 5.2: no
     # special sampling outside SOP; code README: --fc_lr_mul 1 --bs 384
     assert run["sampler"] == {"name": "m_per_class", "batch_size": 384, "samples_per_class": 4}
@@ -128,7 +100,7 @@ def test_vehicleid(planner):
 
 @pytest.mark.parametrize("batch", [224, 384])
 def test_inat(planner, batch):
-    run = run_of(planner, f"smooth_ap_inat_{batch}")
+    run = run_of(planner, f"smooth_ap_inat_{batch}", SMOOTH_AP)
     # Table 3 caption: batch 224 for every method; "Smooth-AP BS=384"
     assert run["sampler"] == {"name": "m_per_class", "batch_size": batch, "samples_per_class": 4}
     # supplementary 11: "we multiply the learning rate on the last linear layer by a factor of 2"
@@ -164,12 +136,11 @@ def test_every_spec_plans_with_the_papers_run_count(plan, table, runs):
             assert cell["pending"] is None and len(cell["run_ids"]) == 1
 
 
-def test_the_batch_384_rows_are_the_384_setups(plan):
+def test_the_batch_384_rows_are_the_384_setups(planner, plan):
     spec, cells, _ = _table(plan, "table2")
     by_row = {spec["rows"][c["row"]]["method"]: c["run_ids"] for c in cells}
-    sop = Planner()
-    assert by_row["Smooth-AP BS=224"] == [run_id(sop.resolve("smooth_ap_sop_224", [("l", {"loss": SMOOTH_AP})]))]
-    assert by_row["Smooth-AP BS=384"] == [run_id(sop.resolve("smooth_ap_sop_384", [("l", {"loss": SMOOTH_AP})]))]
+    assert by_row["Smooth-AP BS=224"] == [run_id(planner.resolve("smooth_ap_sop_224", [("l", {"loss": SMOOTH_AP})]))]
+    assert by_row["Smooth-AP BS=384"] == [run_id(planner.resolve("smooth_ap_sop_384", [("l", {"loss": SMOOTH_AP})]))]
     spec, cells, _ = _table(plan, "table3_inat")
     by_row = {spec["rows"][c["row"]]["method"]: c["run_ids"] for c in cells}
     assert by_row["Smooth-AP BS=384"] == [run_id(resolve_run("smooth_ap_inat_384", SMOOTH_AP))]
@@ -221,30 +192,14 @@ def test_table5_varies_one_parameter_at_a_time():
 # ------------------------------------------------------------------------- face (planned)
 
 
-def _face_block() -> dict:
-    text = (SETUPS_DIR / "smooth_ap.yaml").read_text()
-    block = text.split("# FACE SETUPS (planned)\n", 1)[1]
-    return yaml.safe_load("\n".join(re.sub(r"^# ?", "", line) for line in block.splitlines()))
-
-
 def test_face_setups_are_planned_not_defined():
     assert set(FACE) <= load_planned()["setups"] and not set(FACE) & set(load_setups())
     assert {"vggface2", "ijbc"} <= load_planned()["datasets"]
     assert {"softmax", "arcface"} <= load_planned()["losses"]  # Table 4's base rows
 
 
-def test_the_commented_face_setups_hold_the_papers_values():
-    block = _face_block()
-    assert set(block) == set(FACE) and block["smooth_ap_ijbc"]["extends"] == "smooth_ap_vggface2"
-    vgg = block["smooth_ap_vggface2"]
-    # 5.2: SENet-50 of [7], crops resized to 224x224, "L2-normalize the final 256D embedding";
-    # "For both models, we set the batch size to 224 and tau to 0.01"; |P| 4, Adam 1e-5, wd 4e-5
-    assert vgg["dataset"] == "vggface2" and block["smooth_ap_ijbc"]["dataset"] == "ijbc"
-    assert vgg["model"]["embed_dim"] == 256 and vgg["images"] == {"train_crop": 224, "test_crop": 224}
-    assert vgg["sampler"] == {"name": "m_per_class", "batch_size": 224, "samples_per_class": 4}
-    assert vgg["optimizer"]["lr_backbone"] == 1e-5 and vgg["optimizer"]["weight_decay"] == 4e-5
-    assert vgg["eval"]["metrics"] == ["mAP"]
-    # the ArcFace rows of Table 4: 112x112 crops, 512-d
+def test_the_arcface_rows_of_table4():
+    """Table 4's ArcFace rows: 112x112 crops, 512-d (the face setups themselves are planned)."""
     arcface = [r for r in load_spec("smooth_ap", "table4")["rows"] if r["method"].startswith("ArcFace")]
     assert len(arcface) == 4 and all(r["run"]["images"]["test_crop"] == 112 and r["run"]["model"]["embed_dim"] == 512
                                      for r in arcface)
@@ -254,12 +209,9 @@ def test_the_commented_face_setups_hold_the_papers_values():
 
 
 @pytest.mark.parametrize("setup", TRAINED)
-def test_demo_overrides_resolve(setup):
+def test_demo_overrides_resolve(demo_planner, setup):
     """profiles/demo/demo.yaml's run_overrides apply to every setup."""
-    run = Planner(DEMO).resolve(setup, [("loss", {"loss": SMOOTH_AP})])
-    assert run["model"]["backbone"] == DEMO["model"]["backbone"] and run["epochs"] == DEMO["epochs"]
-    assert run["images"]["train_crop"] == DEMO["images"]["train_crop"]
-    assert run["sampler"]["batch_size"] == DEMO["sampler"]["batch_size"]
+    assert_demo_overrides_applied(run_of(demo_planner, setup, SMOOTH_AP))
 
 
 def test_demo_plans_every_table():

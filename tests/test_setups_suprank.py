@@ -3,43 +3,25 @@ setup resolves through the planner, its key values are the paper's (or, where th
 silent, the official code's, as the comments in the yaml say), and the demo profile's
 overrides still apply to each. Quotes: ../shared/papers/suprank_tpami.txt."""
 
-from pathlib import Path
-
 import pytest
-import yaml
 
 from rankrepro import catalog
-from rankrepro.experiments.plan import (
-    SETUPS_DIR,
-    Planner,
-    load_planned,
-    resolve_run,
-)
+from rankrepro.experiments.plan import load_planned, resolve_run
+from setuputil import DEMO, assert_demo_overrides_applied, run_of
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO = yaml.safe_load((REPO / "profiles" / "demo" / "demo.yaml").read_text())["run_overrides"]
-
+ROADMAP, HAPPIER = {"name": "roadmap"}, {"name": "happier"}
 #: setup -> (dataset, a loss the paper trains on it)
 SETUPS = {
-    "suprank_inat": ("inat", {"name": "roadmap"}),
-    "suprank_cub": ("cub", {"name": "roadmap"}),
-    "suprank_sop_hier": ("sop", {"name": "happier"}),
-    "suprank_inat_base": ("inat_base", {"name": "happier"}),
-    "suprank_inat_full": ("inat_full", {"name": "happier"}),
-    "suprank_dyml_vehicle": ("dyml_vehicle", {"name": "happier"}),
+    "suprank_inat": ("inat", ROADMAP),
+    "suprank_cub": ("cub", ROADMAP),
+    "suprank_sop_hier": ("sop", HAPPIER),
+    "suprank_inat_base": ("inat_base", HAPPIER),
+    "suprank_inat_full": ("inat_full", HAPPIER),
+    "suprank_dyml_vehicle": ("dyml_vehicle", HAPPIER),
     "suprank_dyml_animal": ("dyml_animal", {"name": "happier_f"}),
-    "suprank_dyml_product": ("dyml_product", {"name": "happier"}),
-    "suprank_hgldv2": ("gldv2_hier", {"name": "happier"}),
+    "suprank_dyml_product": ("dyml_product", HAPPIER),
+    "suprank_hgldv2": ("gldv2_hier", HAPPIER),
 }
-
-
-@pytest.fixture(scope="module")
-def planner():
-    return Planner()
-
-
-def run_of(planner, setup, loss=None):
-    return planner.resolve(setup, [("loss", {"loss": loss or SETUPS[setup][1]})])
 
 
 @pytest.mark.parametrize("setup", sorted(SETUPS))
@@ -59,7 +41,7 @@ def test_the_setups_are_no_longer_planned():
 
 
 def test_inat(planner):
-    run = run_of(planner, "suprank_inat")
+    run = run_of(planner, "suprank_inat", ROADMAP)
     # VII-A: "ResNet-50 backbone with average pooling, a normalization layer without affine
     # parameters and a projection head that reduces the dimension from 2048 to 512"
     assert run["model"]["backbone"] == "resnet50" and run["model"]["pooling"]["name"] == "avg"
@@ -81,7 +63,7 @@ def test_inat(planner):
 
 
 def test_cub(planner):
-    run = run_of(planner, "suprank_cub")
+    run = run_of(planner, "suprank_cub", ROADMAP)
     # VII-B: "ResNet-50 with GeM pooling [68] and layer normalization"
     assert run["model"]["backbone"] == "resnet50" and run["model"]["pooling"]["name"] == "gem"
     assert run["model"]["layernorm"] and run["model"]["embed_dim"] == 512  # Table IV: dim 512
@@ -104,7 +86,7 @@ def test_cub(planner):
 
 def test_sop_hier_is_the_sop_training(planner):
     # VII-C: "We report results using the experimental setting of Sec. VII-A"
-    hier = run_of(planner, "suprank_sop_hier")
+    hier = run_of(planner, "suprank_sop_hier", HAPPIER)
     flat = run_of(planner, "suprank_sop", SETUPS["suprank_sop_hier"][1])
     assert {k: v for k, v in hier.items() if k != "eval"} == {k: v for k, v in flat.items() if k != "eval"}
     # VII-A: "the hierarchical sampling of [24] for SOP", batch 256 = 4 per class, lr 5e-5
@@ -117,7 +99,7 @@ def test_sop_hier_is_the_sop_training(planner):
 
 @pytest.mark.parametrize("setup, levels", [("suprank_inat_base", 2), ("suprank_inat_full", 7)])
 def test_inat_hier(planner, setup, levels):
-    run = run_of(planner, setup)
+    run = run_of(planner, setup, SETUPS[setup][1])
     # VII-C: the setting of VII-A: iNat lr 1e-5, cosine, 100 epochs, batch 256 (4 per class), 224 px
     assert run["optimizer"]["lr_backbone"] == 1e-5 and run["schedule"]["name"] == "cosine"
     assert run["epochs"] == 100 and run["sampler"]["batch_size"] == 256
@@ -137,7 +119,7 @@ def test_inat_hier(planner, setup, levels):
 
 @pytest.mark.parametrize("setup", ["suprank_dyml_vehicle", "suprank_dyml_animal"])
 def test_dyml_vehicle_animal(planner, setup):
-    run = run_of(planner, setup)
+    run = run_of(planner, setup, SETUPS[setup][1])
     # the paper states no DyML setup; official README: model=dyml_resnet34 optimizer=dyml
     assert run["model"]["backbone"] == "resnet34" and run["model"]["pretrained"] == "none"
     assert not run["model"]["freeze_bn"] and run["model"]["embed_dim"] == 512
@@ -151,7 +133,7 @@ def test_dyml_vehicle_animal(planner, setup):
 
 
 def test_dyml_product(planner):
-    run = run_of(planner, "suprank_dyml_product")
+    run = run_of(planner, "suprank_dyml_product", HAPPIER)
     # official README: max_iter=20 warmup_step=5 optimizer=dyml_product model=dyml_resnet34_product
     assert run["model"]["backbone"] == "resnet34" and run["model"]["pretrained"] == "imagenet"
     assert run["model"]["freeze_bn"] and run["epochs"] == 20 and run["warmup_epochs"] == 5
@@ -165,7 +147,7 @@ def test_dyml_product(planner):
 
 
 def test_hgldv2(planner):
-    run = run_of(planner, "suprank_hgldv2")
+    run = run_of(planner, "suprank_hgldv2", HAPPIER)
     # VII-C3: "we use a ResNet-101 with GeM pooling and initialize a linear projection with a PCA"
     assert run["model"]["backbone"] == "resnet101" and run["model"]["pooling"]["name"] == "gem"
     # VII-C3: "We use a batch size of 256 and train for ~55k steps with Adam and a learning rate
@@ -179,23 +161,18 @@ def test_hgldv2(planner):
     assert run["eval"]["metrics"] == ["mAP@100", "H-AP", "ASI", "NDCG"]
 
 
-def test_hgldv2_projection_init_waits_for_the_catalog(planner):
-    """The PCA-initialised projection is a comment until retrieval_net takes ``projection_init``."""
-    text = (SETUPS_DIR / "suprank.yaml").read_text()
-    params = catalog.load()["model"]["retrieval_net"]["parameters"]
-    if "projection_init" not in params:
-        assert "# projection_init: pca   (lead: enable once models land)" in text
-    else:  # the models landed: the setup must use it (VII-C3 "initialize a linear projection with a PCA")
-        assert run_of(planner, "suprank_hgldv2")["model"]["projection_init"] == "pca"
+def test_hgldv2_projection_init(planner):
+    """VII-C3 "initialize a linear projection with a PCA": retrieval_net takes ``projection_init``."""
+    assert "projection_init" in catalog.load()["model"]["retrieval_net"]["parameters"]
+    assert run_of(planner, "suprank_hgldv2", HAPPIER)["model"]["projection_init"] == "pca"
 
 
 # -------------------------------------------------------------------------------- demo
 
 
 @pytest.mark.parametrize("setup", sorted(SETUPS))
-def test_demo_overrides_resolve(planner, setup):
+def test_demo_overrides_resolve(demo_planner, setup):
     """profiles/demo/demo.yaml's run_overrides apply to every setup (only keys every sampler takes)."""
-    run = Planner(DEMO).resolve(setup, [("loss", {"loss": SETUPS[setup][1]})])
-    assert run["model"]["backbone"] == DEMO["model"]["backbone"] and run["epochs"] == DEMO["epochs"]
-    assert run["warmup_epochs"] == DEMO["warmup_epochs"] and run["images"]["train_crop"] == DEMO["images"]["train_crop"]
-    assert run["sampler"]["batch_size"] == DEMO["sampler"]["batch_size"]
+    run = run_of(demo_planner, setup, SETUPS[setup][1])
+    assert_demo_overrides_applied(run)
+    assert run["warmup_epochs"] == DEMO["warmup_epochs"]

@@ -6,24 +6,12 @@ hold the paper's values (or, where the paper is silent, the official code's, as 
 the yaml say); each Table 1 block plans ten runs, no cell pending. Quotes:
 ../shared/papers/topk_precision_iccv2019.txt; code: ../shared/spec/reference/losses.md section 4."""
 
-from pathlib import Path
-
 import pytest
 import yaml
 
 from rankrepro import catalog
-from rankrepro.experiments.plan import (
-    SETUPS_DIR,
-    Planner,
-    load_planned,
-    load_setups,
-    load_spec,
-    make_plan,
-    spec_names,
-)
-
-REPO = Path(__file__).resolve().parents[1]
-DEMO = yaml.safe_load((REPO / "profiles" / "demo" / "demo.yaml").read_text())["run_overrides"]
+from rankrepro.experiments.plan import SETUPS_DIR, load_planned, load_setups, load_spec, make_plan, spec_names
+from setuputil import DEMO, assert_demo_overrides_applied, run_of
 LK = {"name": "topk_precision", "k": 5, "margin": 0.1}  # 4.4: "We set gamma = 0.1 and k = 5"
 
 DATASETS = ("cub", "cars", "sop")
@@ -55,7 +43,6 @@ def setups():
 
 def test_the_file_holds_the_base_and_the_table1_setups(setups):
     assert set(setups) == {"topk_base", *SETUPS}
-    assert "(planned)" not in (SETUPS_DIR / "topk.yaml").read_text()
 
 
 def test_the_components_are_registered_and_the_setups_not_planned():
@@ -67,8 +54,8 @@ def test_the_components_are_registered_and_the_setups_not_planned():
     assert not set(SETUPS) & load_planned()["setups"] and set(SETUPS) <= set(load_setups())
 
 
-def test_the_base_resolves_once_completed():
-    run = Planner().resolve("topk_base", [("completion", COMPLETION), ("loss", {"loss": LK})])
+def test_the_base_resolves_once_completed(planner):
+    run = planner.resolve("topk_base", [("completion", COMPLETION), ("loss", {"loss": LK})])
     model = run["model"]
     # 4.4: ImageNet-pretrained, "a fully connected layer as embedding layer and normalize its output";
     # code: average pooling, no LayerNorm, BatchNorm not frozen
@@ -107,12 +94,11 @@ def test_the_setups_hold_the_papers_values(setups):
 
 
 @pytest.mark.parametrize("setup", sorted(SETUPS))
-def test_the_setups_resolve_with_every_row(setup):
+def test_the_setups_resolve_with_every_row(planner, setup):
     dataset = SETUPS[setup]
     spec = load_spec("topk", f"table1_{dataset}")
-    planner = Planner()
     for row in spec["rows"]:
-        run = planner.resolve(setup, [("loss", {"loss": row["loss"]})])
+        run = run_of(planner, setup, row["loss"])
         assert run["dataset"] == dataset and run["loss"]["name"] == row["loss"]["name"]
         model = run["model"]
         assert model["backbone"] == setup.split("_")[1] and model["pretrained"] == "imagenet"
@@ -167,13 +153,12 @@ def test_the_three_blocks_are_thirty_runs(plan):
     assert len(plan["runs"]) == 30 and {r["dataset"] for r in plan["runs"].values()} == set(DATASETS)
 
 
-def test_demo_overrides_resolve_the_setups():
+def test_demo_overrides_resolve_the_setups(demo_planner):
     """profiles/demo/demo.yaml's run_overrides (a registered backbone, a small batch) apply to every setup
     and every Table 1 row: the sampler keeps its name and takes the demo's batch."""
-    demo = Planner(DEMO)
     for setup in SETUPS:
-        run = demo.resolve(setup, [("loss", {"loss": LK})])
-        assert run["model"]["backbone"] == DEMO["model"]["backbone"] and run["epochs"] == DEMO["epochs"]
+        run = run_of(demo_planner, setup, LK)
+        assert_demo_overrides_applied(run)
         assert run["sampler"] == {"name": "up_to_m_per_class", **DEMO["sampler"]}
     plan = make_plan({"topk": TABLES}, DEMO)
     assert len(plan["runs"]) == 30

@@ -212,6 +212,7 @@ def test_smooth_ap_table1_numbers_match_the_paper_text():
     assert pooled["paper"][:2] == [7332 + 12995 + 20038, 800 + 1600 + 2400]  # Section 5.1's three lists
 
 
+@pytest.mark.slow
 def test_the_table_rule_needs_the_manifests(tmp_path):
     from rankrepro.bench.plan import workflow_copy
 

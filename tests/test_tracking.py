@@ -105,6 +105,7 @@ def mlflow_server(tmp_path):
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_import_into_a_real_mlflow_server(tmp_path, mlflow_server):
     run = _run_dir(tmp_path / "runs", "sop-smooth_ap-abcdef0123")
     import_runs([run], [_table(tmp_path)], mlflow_server, "served", tmp_path / "imported.json")
@@ -141,6 +142,7 @@ def _runs_for(client, exp_id, key, view="active"):
     return client.search_runs([exp_id], filter_string=f"tags.`{RUN_TAG}` = '{key}'", run_view_type=view_type)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_at", [1, 2], ids=["run", "table"])
 def test_import_killed_after_create_run_is_redone(tmp_path, kill_at):
     uri = f"sqlite:///{tmp_path}/mlflow.db"

@@ -161,6 +161,7 @@ def _write_run(folder, run):
     return str(folder / "run.json")
 
 
+@pytest.mark.slow
 def test_a_batch_trains_each_run_as_its_own_job_would(tmp_path, manifest_dir):
     """runtime.runs_per_job: `train-batch` over two runs writes, for each, the files and the metrics
     a one-run `train --evaluate-out` job writes (each run seeds itself; order does not matter)."""

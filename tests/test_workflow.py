@@ -24,6 +24,7 @@ def smk(cwd, *args, timeout=300):
     return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", [[], ["--profile", "profiles/demo"]], ids=["full", "demo"])
 def test_lint_reports_nothing(tmp_path, profile):
     """The full config's rules, and the demo's (its training batches: train_batch_<dataset>_<k>)."""
@@ -43,6 +44,7 @@ def _jobs(output: str) -> dict:
     return jobs
 
 
+@pytest.mark.slow
 def test_full_config_dry_run_lists_the_sop_chain(tmp_path):
     result = smk(workflow_copy(tmp_path), "-n", "--cores", "1")
     assert result.returncode == 0, result.stderr
@@ -54,12 +56,14 @@ def test_full_config_dry_run_lists_the_sop_chain(tmp_path):
     assert "drive.usercontent.google.com" not in result.stdout  # the official URL lives in the dataset code
 
 
+@pytest.mark.slow
 def test_slurm_profile_dry_run(tmp_path):
     result = smk(workflow_copy(tmp_path), "-n", "--profile", "profiles/slurm")
     assert result.returncode == 0, result.stderr
     assert "train" in _jobs(result.stdout)
 
 
+@pytest.mark.slow
 def test_extracted_copy_skips_the_download(tmp_path):
     result = smk(workflow_copy(tmp_path), "-n", "--cores", "1", "--config",
                  'datasets={"sop": {"extracted": "/data/Stanford_Online_Products"}}', "--",
@@ -69,6 +73,7 @@ def test_extracted_copy_skips_the_download(tmp_path):
     assert "download" not in jobs and jobs["prepare"] == 1
 
 
+@pytest.mark.slow
 def test_the_full_config_downloads_and_prepares_every_dataset(tmp_path):
     """config.yaml lists every dataset: one download per source (variants share theirs), one
     prepare per dataset; a derived dataset is prepared from its base's manifest."""
@@ -90,6 +95,7 @@ def test_the_full_config_downloads_and_prepares_every_dataset(tmp_path):
         assert f"input: results/manifests/{base}/meta.json" in job.split("rule ")[1]
 
 
+@pytest.mark.slow
 def test_the_full_config_builds_hgldv2_scrape_to_compare(tmp_path):
     """hgldv2.build: scrape -> clean -> cluster -> curate -> compare, after the GLDv2 download; the
     rebuilt dataset is prepared from the gldv2 manifest and the curated labels; a k given as text
@@ -115,6 +121,7 @@ def test_the_full_config_builds_hgldv2_scrape_to_compare(tmp_path):
     assert bad.returncode != 0 and "On instance['hgldv2']['kmeans']['k']" in bad.stderr + bad.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad, key", [
     ("runtime:\n  num_workers: -1\n", "num_workers"),
     ("tracking:\n  tracking_uri: ./mlruns\n  experiment: x\n", "tracking_uri"),
@@ -131,6 +138,7 @@ def test_bad_config_is_an_error_naming_the_key(tmp_path, bad, key):
     assert key in result.stderr + result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config, key", [
     ('run_overrides={"epochz": 3}', r"run_overrides: \(top level\): Additional properties are not allowed \('epochz'"),
     ('run_overrides={"epochs": 3}', r"run_overrides: epochs: '3' is not of type 'integer'"),  # --config makes it "3"
@@ -146,6 +154,7 @@ def test_a_bad_run_override_fails_the_dry_run_naming_the_key(tmp_path, config, k
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_shell_parameters_are_quoted(tmp_path, http_server):
     """A URL with quotes, a semicolon and spaces, and a data root with a space and a quote, reach the
     download command as single arguments: the download succeeds and nothing else runs."""
@@ -245,6 +254,7 @@ def test_conda_envs_agree_with_pyproject():
         assert (REPO / "envs" / f"{env_file.stem}.post-deploy.sh").exists()
 
 
+@pytest.mark.slow
 def test_a_manual_dataset_stops_only_its_own_jobs(tmp_path):
     """VehicleID's files are missing: its download fails with the message naming the file and the
     `extracted` alternative; with --keep-going the other datasets (a SOP replica, and CUB prepared

@@ -1,8 +1,9 @@
 """A loopback stand-in for the Wikimedia Commons and Wikidata Action APIs (tests and the demo).
 
-:class:`FakeWikimedia` is a real ``http.server`` on 127.0.0.1 (ephemeral port) that answers the
-four requests :mod:`rankrepro.hgldv2.scrape` makes, in the APIs' own JSON shapes (recorded from
-the live APIs; formatversion=2 on Commons, wbgetentities on Wikidata):
+:class:`FakeWikimedia` serves, from a :class:`rankrepro.loopback.LoopbackServer` (a real HTTP
+server on 127.0.0.1, ephemeral port), the four requests :mod:`rankrepro.hgldv2.scrape` makes, in
+the APIs' own JSON shapes (recorded from the live APIs; formatversion=2 on Commons, wbgetentities
+on Wikidata):
 
 - ``<commons_url>?action=query&prop=pageprops|templates&ppprop=wikibase_item&redirects=1
   &tltemplates=Template:Category redirect&titles=...``: ``normalized`` (underscores, lower-case
@@ -43,9 +44,9 @@ import json
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit
+
+from rankrepro.loopback import LoopbackServer, Request, Response
 
 COMMONS_PATH = "/commons/w/api.php"
 WIKIDATA_PATH = "/wikidata/w/api.php"
@@ -79,8 +80,9 @@ def normalize_title(title: str) -> str:
     return title[:1].upper() + title[1:]
 
 
-class FakeWikimedia:
-    """The loopback server; a context manager (``with FakeWikimedia(world) as api: api.commons_url``)."""
+class FakeWikimedia(LoopbackServer):
+    """The fake APIs on a loopback server; a context manager (``with FakeWikimedia(world) as api:
+    api.commons_url``)."""
 
     def __init__(self, world: dict | str | Path) -> None:
         if not isinstance(world, dict):
@@ -91,22 +93,7 @@ class FakeWikimedia:
         self.log: list[LoggedRequest] = []
         self.served: Counter = Counter()
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
-
-    def __enter__(self) -> FakeWikimedia:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        super().__init__(self._respond)
 
     @property
     def commons_url(self) -> str:
@@ -121,6 +108,18 @@ class FakeWikimedia:
         return {key: n for key, n in self.served.items() if n > 1}
 
     # -- answers ------------------------------------------------------------------------------
+
+    def _respond(self, request: Request) -> Response:
+        """Answer one request of the loopback server and record it (:attr:`log`, :attr:`served`)."""
+        user_agent = request.header("User-Agent")
+        status, headers, body, fault = self.answer(request.path, request.params, user_agent)
+        with self._lock:
+            self.log.append(LoggedRequest(request.path, request.params, user_agent, status, fault))
+            if status == 200 and fault is None and not (isinstance(body, dict) and "error" in body):
+                self.served[request_key(request.path, request.params)] += 1
+        if isinstance(body, dict):
+            return Response(status, json.dumps(body).encode(), "application/json; charset=utf-8", headers)
+        return Response(status, body.encode(), "text/plain; charset=utf-8", headers)
 
     def answer(self, path: str, params: dict[str, str], user_agent: str) -> tuple[int, dict, object, str | None]:
         """(status, headers, body (dict = JSON, str = text), fault name) for one request."""
@@ -239,35 +238,6 @@ def _error(code: str, info: str) -> dict:
     return {"error": {"code": code, "info": info}, "servedby": "fake-api"}
 
 
-def _handler(api: FakeWikimedia):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
-
-        def do_GET(self):
-            url = urlsplit(self.path)
-            params = dict(parse_qsl(url.query, keep_blank_values=True))
-            user_agent = self.headers.get("User-Agent", "")
-            status, headers, body, fault = api.answer(url.path, params, user_agent)
-            data = (json.dumps(body) if isinstance(body, dict) else body).encode()
-            with api._lock:
-                api.log.append(LoggedRequest(url.path, params, user_agent, status, fault))
-                if status == 200 and fault is None and not (isinstance(body, dict) and "error" in body):
-                    api.served[request_key(url.path, params)] += 1
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=utf-8" if isinstance(body, dict)
-                             else "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    return Handler
-
-
 # -- the demo's world: the Commons categories of the GLDv2 replica ---------------------------------
 
 #: class items of the replica world: id -> English label (None: Wikidata has no English label)
@@ -333,7 +303,6 @@ def replica_world(categories: dict[str, str | dict], *, faults: list[dict] | Non
         elif case != "missing":
             raise ValueError(f"replica_world: unknown case {case!r} for {title!r}")
     return {"pages": pages, "entities": entities, "faults": list(faults or [])}
-
 
 
 #: the demo world's answer for each landmark of the GLDv2 replica's category files, by
