@@ -173,3 +173,30 @@ def test_local_checkpoint_round_trip(tmp_path):
     fresh, _ = cluster.load_text_model(TINY_MODEL, None)
     assert not np.allclose(cluster.encode_names(names, fresh, tok), cluster.encode_names(names, model, tokenizer))
     np.testing.assert_array_equal(cluster.encode_names(names, loaded, tok), cluster.encode_names(names, model, tokenizer))
+
+
+@pytest.mark.parametrize("prompt, problem", [
+    ("a photo of a {name}", r"the placeholder\(s\) \{name\}"),
+    ("{} in {city}", r"the placeholder\(s\) \{city\}"),
+    ("{0}", r"the placeholder\(s\) \{0\}"),
+    ("{!r} {:>9}", r"the placeholder\(s\) \{!r\}, \{:>9\}"),
+    ("{} and {}", r"2 \{\} placeholders"),
+    ("a photo", r"0 \{\} placeholders"),
+    ("{{}}", r"0 \{\} placeholders"),  # literal braces, no placeholder
+    ("a {", "not a format string"),
+    ("a } {}", "not a format string"),
+])
+def test_a_prompt_with_another_placeholder_names_the_config_key(tmp_path, prompt, problem):
+    csv = write_csv(tmp_path / "landmarks.csv")
+    with pytest.raises(ValueError, match=r"^hgldv2\.clip\.prompt: .*" + problem +
+                       r".*the allowed placeholder is \{\} \(the name\), exactly once"):
+        cluster.run_cluster(csv, tmp_path / "out", model=TINY_MODEL, pretrained=None, k=2, prompt=prompt)
+    assert not (tmp_path / "out").exists()
+
+
+def test_prompts_with_one_placeholder_and_literal_braces_are_allowed(tiny):
+    model, tokenizer = tiny
+    for prompt in ("{}", "a photo of a {}", "{{{}}}", "{{not a field}} {}"):
+        cluster.check_prompt(prompt)
+    np.testing.assert_array_equal(cluster.encode_names(["lake"], model, tokenizer, prompt="{{x}} {}"),
+                                  cluster.encode_names(["{x} lake"], model, tokenizer))

@@ -7,8 +7,9 @@ the labels, not the pipeline; this package is the pipeline, one module per rule 
 ``workflow/rules/hgldv2.smk``:
 
 1. :mod:`.scrape`: Commons category -> Wikidata item -> truthy P31 classes -> English labels
-   (MediaWiki Action API, batched, serial, cached on disk, resumable); :mod:`.fake_api` answers
-   like those APIs on 127.0.0.1 (tests and the demo).
+   (MediaWiki Action API, batched, serial, cached on disk, resumable); :mod:`.answers` checks the
+   shape of every answer it reads; :mod:`.fake_api` answers like those APIs on 127.0.0.1 (tests and
+   the demo).
 2. :mod:`.clean`: one scraped class per landmark; irrelevant classes (``irrelevant_classes.yaml``)
    and landmarks with several candidates dropped; the paper's counts beside ours.
 3. :mod:`.cluster`: the unique names encoded by an open_clip text tower, spherical k-means

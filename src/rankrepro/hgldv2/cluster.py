@@ -8,7 +8,8 @@ prompt and no k, so this module fixes one deterministic, documented definition:
 
 - **What is encoded.** The distinct ``supercategory`` strings of ``clean/landmarks.csv`` (train and
   index together), verbatim, sorted by plain Python string order; each is counted by its number of
-  landmarks (rows). The text is ``prompt.format(name)`` (default ``"{}"``: the bare name). Note that
+  landmarks (rows). The text is ``prompt.format(name)`` (default ``"{}"``: the bare name; the prompt has
+  exactly one placeholder, ``{}``, and ``{{`` / ``}}`` for literal braces: :func:`check_prompt`). Note that
   the CLIP tokenizer normalises whitespace, so ``"ocean area "`` and ``"ocean area"`` stay two names
   but get one embedding.
 - **Embedding.** ``model.encode_text`` of an open_clip model (:func:`load_text_model`: a built-in
@@ -37,6 +38,7 @@ import copy
 import hashlib
 import json
 import os
+import string
 from collections import Counter
 from pathlib import Path
 
@@ -53,6 +55,27 @@ TINY_CONFIG = {
 }
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".npz")
 COLUMNS = ("split", "landmark_id", "category", "supercategory")
+PROMPT_KEY = "hgldv2.clip.prompt"  # the config key the rule passes as --prompt
+
+
+def check_prompt(prompt: str) -> None:
+    """ValueError naming :data:`PROMPT_KEY` unless ``prompt`` is a format string with exactly one
+    placeholder, ``{}`` (the name: no field name, conversion or format spec); ``{{`` and ``}}`` are
+    literal braces."""
+    try:
+        fields = [(name, conversion, spec) for _, name, spec, conversion in string.Formatter().parse(prompt)
+                  if name is not None]
+    except ValueError as err:  # a single { or }
+        problem = f"is not a format string ({err})"
+    else:
+        others = ["{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+                  for name, conversion, spec in fields if (name, conversion, spec) != ("", None, "")]
+        if not others and len(fields) == 1:
+            return
+        problem = (f"has the placeholder(s) {', '.join(others)}" if others
+                   else f"has {len(fields)} {{}} placeholders")
+    raise ValueError(f"{PROMPT_KEY}: {prompt!r} {problem}; the allowed placeholder is {{}} (the name), exactly "
+                     f"once; write {{{{ and }}}} for literal braces")
 
 
 def unique_names(landmarks_csv) -> pd.DataFrame:
@@ -110,9 +133,11 @@ def load_text_model(model: str, pretrained: str | None, device: str = "cpu"):
 
 def encode_names(names: list[str], model, tokenizer, *, prompt: str = "{}", batch_size: int = 256,
                  device="cpu") -> np.ndarray:
-    """float32 ``[N, d]``: ``model.encode_text(tokenizer(prompt.format(name)))``, rows L2-normalised."""
+    """float32 ``[N, d]``: ``model.encode_text(tokenizer(prompt.format(name)))``, rows L2-normalised
+    (``prompt``: :func:`check_prompt`)."""
     import torch
 
+    check_prompt(prompt)
     texts = [prompt.format(n) for n in names] or [prompt.format("")]
     model.eval()
     out = []
@@ -180,6 +205,7 @@ def run_cluster(landmarks_csv, out_dir, *, model: str, pretrained: str | None, k
                 device: str = "cpu") -> dict:
     """Encode and cluster the names of ``landmarks_csv``; write names.csv, embeddings.npy, review.md
     and, last, cluster.json into ``out_dir``; return cluster.json's dict."""
+    check_prompt(prompt)
     table = unique_names(landmarks_csv)
     if not 1 <= k <= len(table):
         raise ValueError(f"{landmarks_csv}: k={k} must be between 1 and the number of names ({len(table)})")
@@ -209,5 +235,5 @@ def run_cluster(landmarks_csv, out_dir, *, model: str, pretrained: str | None, k
     return info
 
 
-__all__ = ["TINY_MODEL", "encode_names", "fingerprint", "load_text_model", "run_cluster", "spherical_kmeans",
+__all__ = ["TINY_MODEL", "check_prompt", "encode_names", "fingerprint", "load_text_model", "run_cluster", "spherical_kmeans",
            "unique_names"]

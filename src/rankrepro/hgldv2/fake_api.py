@@ -28,6 +28,7 @@ The *world* (what the wikis hold) is a dict, loadable from JSON::
      "faults": [{"at": 3, "status": 429, "retry_after": "1"},            # 3rd request overall
                 {"at": 5, "status": 503},
                 {"at": 7, "maxlag": 6, "retry_after": "1"},
+                {"at": 9, "body": [1, 2]},                                # a 200 with this JSON body
                 {"abort_after": 40}]}                                     # then HTTP 400 forever
 
 A title absent from ``pages`` is missing; an id absent from ``entities`` is missing. Faults count
@@ -149,6 +150,8 @@ class FakeWikimedia(LoopbackServer):
             if fault.get("at") != ordinal:
                 continue
             headers = {"Retry-After": str(fault["retry_after"])} if "retry_after" in fault else {}
+            if "body" in fault:  # a malformed answer: any JSON, sent as given
+                return 200, headers, json.dumps(fault["body"]), "body"
             if "maxlag" in fault:
                 lag = fault["maxlag"]
                 return 200, {**headers, "X-Database-Lag": str(lag)}, {

@@ -26,12 +26,19 @@ Etiquette (API:Etiquette, Manual:Maxlag, User-Agent policy): requests are serial
 ``min_interval`` seconds between them, batched 50 values a call, carry a descriptive
 User-Agent and ``maxlag=5``. 429 and 5xx answers and the ``maxlag`` / ``ratelimited`` errors
 are retried after ``Retry-After`` when given, else after an exponential back-off
-(``backoff * 2**attempt``, capped); other errors stop the scrape naming the request.
+(``backoff * 2**attempt``, capped); a ``maxlag`` error waits its ``lag`` but at least
+:data:`MAXLAG_MIN_WAIT` seconds (that much when the lag is missing or not a number); other
+errors stop the scrape naming the request. An answer that is not of the shape the scrape reads
+(:func:`rankrepro.hgldv2.answers.answer_problem`: a Commons query needs ``query.pages``, an array of
+pages with titles; wbgetentities needs ``entities``, an object of entities; ...) is retried like a
+5xx and never cached.
 
-Every raw answer is cached in ``cache_dir`` under the sha256 of its request (URL and
-parameters, ``maxlag`` excluded), written atomically: a rerun asks nothing twice, and an
-interrupted scrape restarts from the cache (batches are formed from sorted titles / ids, so
-a rerun asks the same requests in the same order). The output, ``landmarks.jsonl`` (format in
+Every raw answer is cached in ``cache_dir`` under the sha256 of its request (URL without its
+port, and parameters, ``maxlag`` excluded: :meth:`ApiClient.cache_key`), written atomically: a
+rerun asks nothing twice, and an interrupted scrape restarts from the cache (batches are formed
+from sorted titles / ids, so a rerun asks the same requests in the same order). A cached answer
+is checked like a fresh one: a malformed one (an older version cached it) is removed and asked
+again. The output, ``landmarks.jsonl`` (format in
 :mod:`rankrepro.hgldv2`), and ``scrape.json`` (counts, requests, cache hits, retries) are
 written at the end.
 """
@@ -41,18 +48,20 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import json
+import math
 import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlencode
+from urllib.parse import unquote, urlencode, urlsplit
 
 import pandas as pd
 import requests
 from tqdm import tqdm
 
 from rankrepro import __version__
+from rankrepro.hgldv2.answers import answer_problem
 from rankrepro.io import atomic_path, atomic_write_json, atomic_write_text
 
 COMMONS_API = "https://commons.wikimedia.org/w/api.php"
@@ -61,6 +70,7 @@ PROJECT_URL = "https://github.com/rankrepro/rankrepro"
 BATCH = 50  # titles / ids per call without apihighlimits
 RETRY_STATUS = {429, 500, 502, 503, 504}
 RETRY_ERRORS = {"maxlag", "ratelimited"}
+MAXLAG_MIN_WAIT = 5.0  # seconds; Manual:Maxlag asks clients to wait at least this long
 WIKIMEDIA_CATEGORY = "Q4167836"
 SOFT_REDIRECT_TEMPLATE = "Template:Category redirect"
 #: {{Category redirect|Target}} and the redirects to that template Commons uses
@@ -78,6 +88,16 @@ def default_user_agent(contact: str | None = None) -> str:
 
 class ApiError(RuntimeError):
     """A request the API refused for good (or kept failing after every retry)."""
+
+
+def maxlag_wait(error: dict) -> float:
+    """Seconds to wait after a ``maxlag`` error: its ``lag``, at least :data:`MAXLAG_MIN_WAIT`; that
+    minimum when the lag is missing or not a finite number (a broken proxy, an attacker)."""
+    try:
+        lag = float(error.get("lag"))
+    except (TypeError, ValueError):
+        return MAXLAG_MIN_WAIT
+    return max(MAXLAG_MIN_WAIT, lag) if math.isfinite(lag) else MAXLAG_MIN_WAIT
 
 
 @dataclass
@@ -118,6 +138,14 @@ class ApiClient:
 
     @staticmethod
     def cache_key(url: str, params: dict) -> str:
+        """sha256 of ``<url without its port>?<sorted params without maxlag>``.
+
+        The port is dropped so that a loopback fake on an ephemeral port (the demo, tests) finds
+        its answers again on its next port; scheme, host and path still tell the APIs apart. A URL
+        without an explicit port (the live APIs) keys exactly as before the port was dropped."""
+        parts = urlsplit(url)
+        if parts.port is not None:
+            url = parts._replace(netloc=parts.netloc.rsplit(":", 1)[0]).geturl()
         query = urlencode(sorted((k, str(v)) for k, v in params.items() if k != "maxlag"))
         return hashlib.sha256(f"{url}?{query}".encode()).hexdigest()
 
@@ -126,17 +154,16 @@ class ApiClient:
         return self.cache_dir / key[:2] / f"{key}.json"
 
     def get(self, url: str, params: dict) -> dict:
-        """The JSON answer to ``url?params`` (``format=json`` and ``maxlag`` added), from the cache
-        when this request was answered before."""
+        """The JSON answer to ``url?params`` (``format=json`` and ``maxlag`` added), of the shape
+        :func:`answer_problem` checks, from the cache when this request was answered before."""
         params = {**params, "format": "json"}
         cached = self.cache_file(url, params)
         if cached.is_file():
-            try:
-                envelope = json.loads(cached.read_text())
+            data = self._read_cached(cached, params)
+            if data is not None:
                 self.stats.cached += 1
-                return json.loads(envelope["body"])
-            except (ValueError, KeyError):
-                cached.unlink()  # not ours or damaged: ask again
+                return data
+            cached.unlink()  # not ours, damaged or malformed: ask again
         params["maxlag"] = str(self.maxlag)
         last = ""
         for attempt in range(self.max_retries + 1):
@@ -162,19 +189,37 @@ class ApiClient:
                 continue
             error = data.get("error") if isinstance(data, dict) else None
             if error:
-                code = error.get("code", "")
+                if not isinstance(error, dict):
+                    raise ApiError(f"{response.url}: API error: {str(error)[:300]}")
+                code = str(error.get("code", ""))
                 if code in RETRY_ERRORS:
                     last = f"error {code}: {error.get('info', '')}"
-                    lag_wait = max(5.0, float(error.get("lag", 5))) if code == "maxlag" else None
+                    lag_wait = maxlag_wait(error) if code == "maxlag" else None
                     self._wait(response.headers.get("Retry-After"), attempt, fallback=lag_wait)
                     continue
                 raise ApiError(f"{response.url}: API error {code}: {error.get('info', '')}")
+            problem = answer_problem(data, params)
+            if problem:
+                last = f"a malformed answer: {problem}"
+                self._wait(None, attempt)
+                continue
             with atomic_path(cached) as tmp:
                 tmp.write_text(json.dumps({"url": url, "params": {k: v for k, v in params.items() if k != "maxlag"},
                                            "body": response.text}))
             self.stats.requests += 1
             return data
         raise ApiError(f"{url} {params}: gave up after {self.max_retries + 1} attempts (last: {last})")
+
+    @staticmethod
+    def _read_cached(cached: Path, params: dict):
+        """The answer cached in ``cached``, or None when the file is not an envelope of a
+        well-formed answer (see :func:`answer_problem`)."""
+        try:
+            envelope = json.loads(cached.read_text())
+            data = json.loads(envelope["body"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        return None if answer_problem(data, params) or (isinstance(data, dict) and "error" in data) else data
 
     def _throttle(self) -> None:
         gap = self.min_interval - (time.monotonic() - self._last)
