@@ -9,7 +9,8 @@ import pytest
 
 from rankrepro.data import datasets
 from rankrepro.data.datasets import gldv2
-from rankrepro.experiments.plan import PlanError, plan_hgldv2
+from rankrepro.plan.build import plan_hgldv2
+from rankrepro.plan.schema import PlanError
 from rankrepro.hgldv2 import clean, fake_api, scrape
 
 PLANNED = {"gldv2": {}, "gldv2_hier_rebuilt": {}}

@@ -1,4 +1,4 @@
-"""RaMBO (CVPR 2020) retrieval setups (src/rankrepro/experiments/setups/rambo.yaml) and table
+"""RaMBO (CVPR 2020) retrieval setups (src/rankrepro/plan/setups/rambo.yaml) and table
 specs (src/rankrepro/tables/specs/rambo/): every setup resolves through the planner, its key
 values are the paper's (section 5.1, supplement A and Table 9; where the paper defers to
 FastAP's defaults or is silent, the comments in the yaml say so), every spec plans, and the
@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rankrepro.experiments.plan import Planner, load_planned, load_spec, make_plan, resolve_run, spec_names
+from rankrepro.plan.build import make_plan
+from rankrepro.plan.planned import load_planned
+from rankrepro.plan.planner import Planner, resolve_run
+from rankrepro.plan.specs import load_spec, spec_names
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = yaml.safe_load((REPO / "profiles" / "demo" / "demo.yaml").read_text())["run_overrides"]

@@ -1,4 +1,4 @@
-"""SupRank (TPAMI) training setups (src/rankrepro/experiments/setups/suprank.yaml): every table
+"""SupRank (TPAMI) training setups (src/rankrepro/plan/setups/suprank.yaml): every table
 setup resolves through the planner, its key values are the paper's (or, where the paper is
 silent, the official code's, as the comments in the yaml say), and the demo profile's
 overrides still apply to each. Quotes: ../shared/papers/suprank_tpami.txt."""
@@ -9,12 +9,9 @@ import pytest
 import yaml
 
 from rankrepro import catalog
-from rankrepro.experiments.plan import (
-    SETUPS_DIR,
-    Planner,
-    load_planned,
-    resolve_run,
-)
+from rankrepro.plan.planned import load_planned
+from rankrepro.plan.planner import Planner, resolve_run
+from rankrepro.plan.setups import SETUPS_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = yaml.safe_load((REPO / "profiles" / "demo" / "demo.yaml").read_text())["run_overrides"]

@@ -1,5 +1,5 @@
 """Top-k precision ("Sampling Wisely", ICCV 2019) training setups
-(src/rankrepro/experiments/setups/topk.yaml) and Table 1 specs (src/rankrepro/tables/specs/topk/):
+(src/rankrepro/plan/setups/topk.yaml) and Table 1 specs (src/rankrepro/tables/specs/topk/):
 topk_base resolves once a dataset, backbone, sampler, epochs and metrics are given; the six
 Table 1 setups (DenseNet201 and BN-Inception on CUB, Cars, SOP) resolve with every row's loss and
 hold the paper's values (or, where the paper is silent, the official code's, as the comments in
@@ -12,15 +12,11 @@ import pytest
 import yaml
 
 from rankrepro import catalog
-from rankrepro.experiments.plan import (
-    SETUPS_DIR,
-    Planner,
-    load_planned,
-    load_setups,
-    load_spec,
-    make_plan,
-    spec_names,
-)
+from rankrepro.plan.build import make_plan
+from rankrepro.plan.planned import load_planned
+from rankrepro.plan.planner import Planner
+from rankrepro.plan.setups import SETUPS_DIR, load_setups
+from rankrepro.plan.specs import load_spec, spec_names
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = yaml.safe_load((REPO / "profiles" / "demo" / "demo.yaml").read_text())["run_overrides"]

@@ -112,7 +112,7 @@ def build_index(plan: Plan | dict, results_dir: str | Path) -> dict:
             entry["reasons"] = dict(Counter(c.get("pending") or "table not rendered yet" for c in table.cells))
             entry["pending"] = entry["cells"] = len(table.cells)
         tables.append(entry)
-        if any(Path(path).is_file() for path in table.figures(str(results_dir))):
+        if (results_dir / "tables" / f"{key}.png").is_file():  # a sweep's plot
             figures.append(key)
     synthetic = list(plan.synthetic.get("names", []))
     return {
