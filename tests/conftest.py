@@ -3,7 +3,7 @@
 import pytest
 
 from httpserver import DownloadServer
-from rankrepro.experiments.plan import Planner
+from rankrepro.plan.planner import Planner
 from setuputil import DEMO
 
 

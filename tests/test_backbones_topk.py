@@ -199,7 +199,7 @@ def test_a_table1_setup_trains_densenet201_on_cpu(tmp_path):
     paper's sampler: 2 classes x 4 images, so l_k (k = 5) is not zero) on a generated SOP replica:
     the loss back-propagates into the backbone (no weight decay, so only its gradient moves it)."""
     from rankrepro.engine.train import seed_everything, train
-    from rankrepro.experiments.plan import resolve_run
+    from rankrepro.plan.planner import resolve_run
     from rankrepro.models import build_model
 
     manifest = sop_manifest(tmp_path / "sop")

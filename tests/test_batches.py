@@ -2,7 +2,7 @@
 
 import pytest
 
-from rankrepro.experiments.batches import BatchError, train_batches
+from rankrepro.plan.batches import BatchError, train_batches
 
 RUNS = {"sop-a-1": ("sop", None), "sop-b-2": ("sop", None), "sop-c-3": ("sop", None),
         "sop-d-4": ("sop", "cache"), "cub-a-5": ("cub", None)}

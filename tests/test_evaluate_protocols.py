@@ -19,7 +19,7 @@ from rankrepro.data.datasets.gldv2_ground_truth import ground_truth_positions
 from rankrepro.data.manifest import read_manifest
 from rankrepro.engine import evaluate as evaluate_module
 from rankrepro.engine.evaluate import evaluate
-from rankrepro.experiments.plan import resolve_run
+from rankrepro.plan.planner import resolve_run
 from rankrepro.metrics import compute
 from rankrepro.metrics.protocols import run_protocol
 

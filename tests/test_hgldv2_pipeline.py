@@ -9,7 +9,8 @@ import pytest
 
 from rankrepro.data import datasets
 from rankrepro.data.datasets import gldv2
-from rankrepro.experiments.plan import PlanError, plan_hgldv2
+from rankrepro.plan.build import plan_hgldv2
+from rankrepro.plan.schema import PlanError
 from rankrepro.hgldv2 import clean, fake_api, scrape
 
 PLANNED = {"gldv2": {}, "gldv2_hier_rebuilt": {}}
@@ -29,6 +30,9 @@ def test_the_hgldv2_block_gets_its_defaults():
     ({"build": True, "kmeans": {"k": "50"}}, PLANNED, r"config: hgldv2\.kmeans\.k: '50' is not of type 'integer'"),
     ({"build": True, "kmeans": {"k": 0}}, PLANNED, r"hgldv2\.kmeans\.k: 0 is less than the minimum"),
     ({"build": True, "clip": {"prompt": "a photo"}}, PLANNED, r"hgldv2\.clip\.prompt"),
+    ({"build": True, "clip": {"prompt": "{} in {city}"}}, PLANNED,
+     r"config: hgldv2\.clip\.prompt: '\{\} in \{city\}' has the placeholder\(s\) \{city\}; the allowed "
+     r"placeholder is \{\} \(the name\), exactly once"),
     ({"build": True, "several_classes": "keep"}, PLANNED, r"hgldv2\.several_classes"),
     ({"build": True, "api": {"comons_url": "x"}}, PLANNED, r"hgldv2\.api.*comons_url"),
     ({"build": True}, {"sop": {}}, r"config hgldv2\.build: .* list datasets\.gldv2"),

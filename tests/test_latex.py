@@ -11,8 +11,10 @@ import subprocess
 
 import pytest
 
-from rankrepro.experiments.plan import make_plan, spec_names
-from rankrepro.tables.render import _tex_escape, _tex_text, render
+from rankrepro.plan.build import make_plan
+from rankrepro.plan.specs import spec_names
+from rankrepro.tables.formats import tex_escape as _tex_escape, tex_text as _tex_text
+from rankrepro.tables.render import render
 
 PDFLATEX = shutil.which("pdflatex")
 needs_pdflatex = pytest.mark.skipif(PDFLATEX is None, reason="pdflatex is not installed (apt: texlive-latex-recommended)")

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from rankrepro.experiments.plan import load_spec, row_label, spec_names
+from rankrepro.plan.specs import load_spec, spec_names
+from rankrepro.tables.kinds.base import row_label
 
 PAPERS = Path(__file__).resolve().parents[2] / "shared" / "papers"
 

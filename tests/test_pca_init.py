@@ -8,7 +8,7 @@ from torch.utils.data import Dataset
 
 from rankrepro.engine import train as train_module
 from rankrepro.engine.train import train
-from rankrepro.experiments.plan import resolve_run
+from rankrepro.plan.planner import resolve_run
 from rankrepro.models import RetrievalNet
 from rankrepro.models.pca import Moments, init_projection_pca, pca_projection
 

@@ -12,16 +12,12 @@ import pytest
 import yaml
 
 from rankrepro import catalog
-from rankrepro.experiments.plan import (
-    SETUPS_DIR,
-    PlanError,
-    Planner,
-    deep_merge,
-    load_setups,
-    make_plan,
-    resolve_run,
-    run_id,
-)
+from rankrepro.plan.build import make_plan
+from rankrepro.plan.complete import run_id
+from rankrepro.plan.merge import deep_merge
+from rankrepro.plan.planner import Planner, resolve_run
+from rankrepro.plan.schema import PlanError
+from rankrepro.plan.setups import SETUPS_DIR, load_setups
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE1 = {"suprank": ["table1"]}
@@ -211,7 +207,7 @@ def test_row_and_column_run_blocks_and_seeds(tmp_path):
 
 
 def test_plan_files_are_rewritten_only_when_they_change(tmp_path):
-    from rankrepro.experiments.plan import write_plan
+    from rankrepro.plan.build import write_plan
 
     plan = make_plan(TABLE1)
     path = write_plan(plan, tmp_path)

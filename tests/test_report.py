@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from rankrepro.tables import index, plots
+from rankrepro.tables.formats import read_table_csv
 
 PNG = b"\x89PNG\r\n\x1a\n"
 FIELDS = "method,column,metric,paper,ours,std,seeds,diff,status,replica"
@@ -154,7 +155,7 @@ def test_index_links_a_sweep_plot_when_it_exists(results):
 
 def test_table_html_colours_and_notes(results):
     plan = json.loads((results / "plan" / "plan.json").read_text())["tables"]["p/t1"]
-    rows = index.read_table_csv(results / "tables" / "p" / "t1.csv")
+    rows = read_table_csv(results / "tables" / "p" / "t1.csv")
     rows[0]["paper_mark"], rows[1]["ours_mark"] = "best", "second"  # render.py's best / second best marks
     page = index.table_html(plan, rows)
     assert "<td><b>80.0</b></td>" in page and "<td><u>72.0</u></td>" in page
@@ -308,7 +309,7 @@ def test_a_fraction_column_is_within_one_point_at_0_01_and_prints_three_decimals
     path.write_text("method,column,metric,unit,decimals,paper,ours,std,seeds,diff,status,replica\n"
                     "A,SOP h0,dists@intra,fraction,3,0.318,0.325,,1,0.007,ours,True\n"
                     "B,SOP h0,dists@intra,fraction,3,0.38,0.04,,1,-0.34,ours,True\n")
-    rows = index.read_table_csv(path)
+    rows = read_table_csv(path)
     assert index.table_summary(table_plan, rows, {})["within"] == 1
     page = index.table_html(table_plan, rows)
     assert "<td>0.380</td><td>0.040</td><td class=far>-0.340</td>" in page

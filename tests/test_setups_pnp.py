@@ -1,4 +1,4 @@
-"""PNP loss (AAAI 2022) training setups (src/rankrepro/experiments/setups/pnp.yaml) and table
+"""PNP loss (AAAI 2022) training setups (src/rankrepro/plan/setups/pnp.yaml) and table
 specs (src/rankrepro/tables/specs/pnp/): every setup resolves through the planner with a loss
 the paper trains on it, its key values are the paper's (or, where the paper is silent, the
 official code's, as the comments in the yaml say), every spec plans with the paper's run
@@ -10,7 +10,12 @@ import pytest
 import yaml
 
 from rankrepro import catalog
-from rankrepro.experiments.plan import SETUPS_DIR, load_planned, load_spec, make_plan, resolve_run, run_id, spec_names
+from rankrepro.plan.build import make_plan
+from rankrepro.plan.complete import run_id
+from rankrepro.plan.planned import load_planned
+from rankrepro.plan.planner import resolve_run
+from rankrepro.plan.setups import SETUPS_DIR
+from rankrepro.plan.specs import load_spec, spec_names
 from setuputil import DEMO, assert_demo_overrides_applied, run_of
 
 # "we directly set tau in Eq. 3 to 0.01"; alpha 4: code README's best run --variant PNP-D_q --alpha 4

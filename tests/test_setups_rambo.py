@@ -1,4 +1,4 @@
-"""RaMBO (CVPR 2020) retrieval setups (src/rankrepro/experiments/setups/rambo.yaml) and table
+"""RaMBO (CVPR 2020) retrieval setups (src/rankrepro/plan/setups/rambo.yaml) and table
 specs (src/rankrepro/tables/specs/rambo/): every setup resolves through the planner, its key
 values are the paper's (section 5.1, supplement A and Table 9; where the paper defers to
 FastAP's defaults or is silent, the comments in the yaml say so), every spec plans, and the
@@ -8,7 +8,10 @@ import re
 
 import pytest
 
-from rankrepro.experiments.plan import load_planned, load_spec, make_plan, resolve_run, spec_names
+from rankrepro.plan.build import make_plan
+from rankrepro.plan.planned import load_planned
+from rankrepro.plan.planner import resolve_run
+from rankrepro.plan.specs import load_spec, spec_names
 from setuputil import assert_demo_overrides_applied, run_of
 
 RAMBO_RECALL = {"name": "rambo_recall"}

@@ -1,4 +1,4 @@
-"""Smooth-AP (ECCV 2020) training setups (src/rankrepro/experiments/setups/smooth_ap.yaml) and
+"""Smooth-AP (ECCV 2020) training setups (src/rankrepro/plan/setups/smooth_ap.yaml) and
 table specs (src/rankrepro/tables/specs/smooth_ap/): every setup resolves through the planner,
 its key values are the paper's (or, where the paper is silent, the official code's, as the
 comments in the yaml say), every spec plans (runs, shared runs, pending face cells), and the
@@ -9,8 +9,12 @@ import pytest
 import yaml
 
 from rankrepro import catalog
-from rankrepro.experiments.plan import (SETUPS_DIR, load_planned, load_setups, load_spec, make_plan, resolve_run,
-                                        run_id, spec_names)
+from rankrepro.plan.build import make_plan
+from rankrepro.plan.complete import run_id
+from rankrepro.plan.planned import load_planned
+from rankrepro.plan.planner import resolve_run
+from rankrepro.plan.setups import SETUPS_DIR, load_setups
+from rankrepro.plan.specs import load_spec, spec_names
 from setuputil import DEMO, assert_demo_overrides_applied, run_of
 
 SMOOTH_AP = {"name": "smooth_ap", "tau": 0.01}  # section 5.2: "For all experiments we set tau to 0.01"
@@ -25,7 +29,7 @@ SETUPS = {
     "smooth_ap_inat_384": "inat",
 }
 TRAINED = sorted(s for s, d in SETUPS.items() if d)
-FACE = ("smooth_ap_vggface2", "smooth_ap_ijbc")  # planned (experiments/planned.yaml)
+FACE = ("smooth_ap_vggface2", "smooth_ap_ijbc")  # planned (plan/planned.yaml)
 TABLES = [t for p, t in spec_names() if p == "smooth_ap"]
 
 

@@ -1,4 +1,4 @@
-"""SupRank (TPAMI) training setups (src/rankrepro/experiments/setups/suprank.yaml): every table
+"""SupRank (TPAMI) training setups (src/rankrepro/plan/setups/suprank.yaml): every table
 setup resolves through the planner, its key values are the paper's (or, where the paper is
 silent, the official code's, as the comments in the yaml say), and the demo profile's
 overrides still apply to each. Quotes: ../shared/papers/suprank_tpami.txt."""
@@ -6,7 +6,8 @@ overrides still apply to each. Quotes: ../shared/papers/suprank_tpami.txt."""
 import pytest
 
 from rankrepro import catalog
-from rankrepro.experiments.plan import load_planned, resolve_run
+from rankrepro.plan.planned import load_planned
+from rankrepro.plan.planner import resolve_run
 from setuputil import DEMO, assert_demo_overrides_applied, run_of
 
 ROADMAP, HAPPIER = {"name": "roadmap"}, {"name": "happier"}

@@ -1,5 +1,5 @@
 """Top-k precision ("Sampling Wisely", ICCV 2019) training setups
-(src/rankrepro/experiments/setups/topk.yaml) and Table 1 specs (src/rankrepro/tables/specs/topk/):
+(src/rankrepro/plan/setups/topk.yaml) and Table 1 specs (src/rankrepro/tables/specs/topk/):
 topk_base resolves once a dataset, backbone, sampler, epochs and metrics are given; the six
 Table 1 setups (DenseNet201 and BN-Inception on CUB, Cars, SOP) resolve with every row's loss and
 hold the paper's values (or, where the paper is silent, the official code's, as the comments in
@@ -10,7 +10,10 @@ import pytest
 import yaml
 
 from rankrepro import catalog
-from rankrepro.experiments.plan import SETUPS_DIR, load_planned, load_setups, load_spec, make_plan, spec_names
+from rankrepro.plan.build import make_plan
+from rankrepro.plan.planned import load_planned
+from rankrepro.plan.setups import SETUPS_DIR, load_setups
+from rankrepro.plan.specs import load_spec, spec_names
 from setuputil import DEMO, assert_demo_overrides_applied, run_of
 LK = {"name": "topk_precision", "k": 5, "margin": 0.1}  # 4.4: "We set gamma = 0.1 and k = 5"
 

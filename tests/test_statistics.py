@@ -20,8 +20,13 @@ import yaml
 
 from rankrepro import catalog
 from rankrepro.data.manifest import write_manifest
-from rankrepro.experiments.plan import SPECS_DIR, PlanError, load_planned, load_spec, make_plan
-from rankrepro.tables.render import STATISTICS_REPLICA_NOTE, TableError, images_per_class, render
+from rankrepro.plan.build import make_plan
+from rankrepro.plan.planned import load_planned
+from rankrepro.plan.schema import PlanError
+from rankrepro.plan.specs import SPECS_DIR, load_spec
+from rankrepro.tables.kinds.base import TableError
+from rankrepro.tables.kinds.dataset_statistics import STATISTICS_REPLICA_NOTE, images_per_class
+from rankrepro.tables.render import render
 
 REPO = Path(__file__).resolve().parents[1]
 PAPERS = REPO.parent / "shared" / "papers"

@@ -9,9 +9,12 @@ import pytest
 import yaml
 
 from rankrepro.cli import main as cli_main
-from rankrepro.experiments.plan import PlanError, load_setups, load_spec, make_plan
+from rankrepro.plan.build import make_plan
+from rankrepro.plan.schema import PlanError
+from rankrepro.plan.setups import load_setups
+from rankrepro.plan.specs import load_spec
 from rankrepro.tables.render import render
-from rankrepro.tables.sweep import DPI, PANEL_SIZE, relative_gain, sweep_entries
+from rankrepro.tables.kinds.sweep import DPI, PANEL_SIZE, relative_gain, sweep_entries
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "src" / "rankrepro" / "tables" / "specs" / "suprank"

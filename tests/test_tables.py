@@ -6,16 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from rankrepro.experiments.plan import (
-    PlanError,
-    load_setups,
-    load_spec,
-    make_plan,
-    resolve_run,
-    run_id,
-    spec_names,
-)
-from rankrepro.tables.render import REPLICA_NOTE, render
+from rankrepro.plan.build import make_plan
+from rankrepro.plan.complete import run_id
+from rankrepro.plan.planner import resolve_run
+from rankrepro.plan.schema import PlanError
+from rankrepro.plan.setups import load_setups
+from rankrepro.plan.specs import load_spec, spec_names
+from rankrepro.tables.kinds.base import REPLICA_NOTE
+from rankrepro.tables.render import render
 
 PAPERS = Path(__file__).resolve().parents[2] / "shared" / "papers"
 
@@ -32,7 +30,7 @@ def _plan(overrides=None, **planner_kw):
 
 
 def _plan_with_inat_planned():
-    """Table I as if suprank_inat were still only planned (experiments/planned.yaml)."""
+    """Table I as if suprank_inat were still only planned (plan/planned.yaml)."""
     setups = {name: s for name, s in load_setups().items() if name != "suprank_inat"}
     return _plan(setups=setups, planned={"setups": {"suprank_inat"}, "datasets": set(), "losses": set()})
 
@@ -112,7 +110,8 @@ def test_atomic_outputs_get_the_usual_permissions(tmp_path):
 
 
 def test_rank_marks_ties_nulls_and_lower_is_better():
-    from rankrepro.tables.render import BEST, SECOND, rank_marks
+    from rankrepro.tables.formats import BEST, SECOND
+    from rankrepro.tables.kinds.runs import rank_marks
 
     assert rank_marks({"a": 1.0, "b": 3.0, "c": 3.0, "d": None, "e": 2.0}) == {"b": BEST, "c": BEST, "e": SECOND}
     assert rank_marks({"a": 1.0, "b": 3.0, "e": 2.0}, "lower") == {"a": BEST, "e": SECOND}
@@ -179,7 +178,8 @@ def test_marks_follow_the_groups_and_switches(tmp_path):
 
 
 def test_mark_groups_name_exactly_one_row():
-    from rankrepro.tables.render import TableError, mark_groups
+    from rankrepro.tables.kinds.base import TableError
+    from rankrepro.tables.kinds.runs import mark_groups
 
     spec = {"paper": "toy", "table": "t", "rows": [{"method": "A"}, {"method": "A"}, {"method": "B"}]}
     assert mark_groups(dict(spec, best={})) == [[0, 1, 2]] and mark_groups(spec) == []
@@ -193,7 +193,7 @@ def test_mark_groups_name_exactly_one_row():
 
 
 def test_every_specs_best_groups_resolve():
-    from rankrepro.tables.render import mark_groups
+    from rankrepro.tables.kinds.runs import mark_groups
 
     for paper, table in spec_names():
         spec = load_spec(paper, table)
@@ -203,7 +203,7 @@ def test_every_specs_best_groups_resolve():
 
 def test_paper_numbers_print_as_transcribed():
     """One decimal as most papers print, more where the paper prints more (face mAP 0.828, margin 0.02)."""
-    from rankrepro.tables.render import paper_number as _fmt
+    from rankrepro.tables.formats import paper_number as _fmt
 
     assert [_fmt(v) for v in (80.9, 100.0, 3, 0.828, 0.02, 59.55, None)] == [
         "80.9", "100.0", "3.0", "0.828", "0.02", "59.55", ""]
@@ -269,7 +269,7 @@ def test_a_static_table_plans_no_runs_cells_or_datasets(tmp_path):
 
 
 def test_render_static_writes_the_papers_cells(tmp_path):
-    from rankrepro.tables.render import STATIC_NOTE
+    from rankrepro.tables.kinds.static import STATIC_NOTE
 
     plan = _static_plan(tmp_path, _static_spec())
     rows = render(plan["tables"]["mine/static"], tmp_path / "runs", tmp_path / "out" / "static")

@@ -11,7 +11,9 @@ import yaml
 from rankrepro.engine.evaluate import evaluate
 from rankrepro.engine.tasks import DEFAULT_TASK, TASKS, task_of
 from rankrepro.engine.train import train
-from rankrepro.experiments.plan import ID_NEUTRAL_DEFAULTS, SCHEMA_DIR, PlanError, resolve_run, run_id
+from rankrepro.plan.complete import ID_NEUTRAL_DEFAULTS, run_id
+from rankrepro.plan.planner import resolve_run
+from rankrepro.plan.schema import SCHEMA_DIR, PlanError
 from rankrepro.registry import UnknownNameError
 
 

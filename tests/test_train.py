@@ -9,7 +9,7 @@ from datautil import sop_manifest
 from rankrepro.engine import train as train_module
 from rankrepro.engine.evaluate import evaluate
 from rankrepro.engine.train import NonFiniteLossError, train
-from rankrepro.experiments.plan import resolve_run
+from rankrepro.plan.planner import resolve_run
 
 
 @pytest.fixture(scope="module")

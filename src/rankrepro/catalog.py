@@ -21,7 +21,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["REGISTRIES", "CATALOG_PATH", "load", "live", "write", "diff", "CatalogError"]
+__all__ = ["REGISTRIES", "COMPONENTS", "NAME_REFS", "CATALOG_PATH", "load", "live", "write", "diff", "CatalogError"]
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
 
@@ -37,6 +37,19 @@ REGISTRIES = {
     "schedule": "rankrepro.engine.optim:SCHEDULES",
     "synthetic": "rankrepro.synthetic:SYNTHETIC",
 }
+
+#: the component blocks of a run: key path -> (catalog kind, keys of the block that are not the
+#: builder's parameters); the planner fills their defaults, training checks them (:func:`check_run`)
+COMPONENTS = {
+    ("model",): ("model", ()),
+    ("model", "pooling"): ("pooling", ()),
+    ("sampler",): ("sampler", ()),
+    ("optimizer",): ("optimizer", ("lr_backbone", "lr_head", "lr_loss")),
+    ("schedule",): ("schedule", ()),
+    ("loss",): ("loss", ("memory",)),
+}
+#: the values of a run that name a registered component: key path -> catalog kind
+NAME_REFS = {("dataset",): "dataset", ("model", "backbone"): "backbone"}
 
 
 class CatalogError(RuntimeError):
@@ -118,7 +131,6 @@ def check_run(run: dict) -> None:
 
     A run planned with a stale catalog lacks the parameters added since (or has ones removed
     since): its id does not describe what the code would do, so it must not train."""
-    from rankrepro.experiments.plan import COMPONENTS
     from rankrepro.registry import ParameterError, UnknownNameError
 
     for path, (kind, extra) in COMPONENTS.items():

@@ -115,16 +115,18 @@ def _evaluate(args, model, out, image_cache: str | None) -> None:
 
 
 def cmd_table(args) -> None:
+    from rankrepro.plan.model import TablePlan
     from rankrepro.tables.render import render
 
-    render(_json(args.plan), args.runs_dir, args.out_prefix)
+    render(TablePlan.load(args.plan), args.runs_dir, args.out_prefix)
     print(Path(args.out_prefix).with_suffix(".md").read_text())
 
 
 def cmd_sweep_plot(args) -> None:
-    from rankrepro.tables.sweep import sweep_plot
+    from rankrepro.plan.model import TablePlan
+    from rankrepro.tables.kinds.sweep import sweep_plot
 
-    print(sweep_plot(_json(args.plan), args.runs_dir, args.out))
+    print(sweep_plot(TablePlan.load(args.plan), args.runs_dir, args.out))
 
 
 def cmd_results_index(args) -> None:
@@ -154,7 +156,8 @@ def cmd_plot(args) -> None:
 def cmd_plan(args) -> None:
     import yaml
 
-    from rankrepro.experiments.plan import PlanError, plan_from_config, write_plan
+    from rankrepro.plan.build import plan_from_config, write_plan
+    from rankrepro.plan.schema import PlanError
 
     config = yaml.safe_load(Path(args.config).read_text())
     try:
@@ -190,9 +193,11 @@ def cmd_track(args) -> None:
 
     runs, tables = list(args.runs), list(args.tables)
     if args.plan:  # every run and table of the plan
-        plan = _json(args.plan)
-        runs += [str(Path(args.runs_dir) / rid) for rid in plan["runs"]]
-        tables += [str(Path(args.tables_dir) / key) for key in plan["tables"]]
+        from rankrepro.plan.model import Plan
+
+        plan = Plan.load(args.plan)
+        runs += [str(Path(args.runs_dir) / rid) for rid in plan.runs]
+        tables += [str(Path(args.tables_dir) / key) for key in plan.tables]
     imported = import_runs(runs, tables, args.tracking_uri, args.experiment, args.out,
                            artifact_root=args.artifact_root)
     print(f"imported {len(imported)} runs/tables into {args.tracking_uri}")

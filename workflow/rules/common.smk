@@ -9,22 +9,25 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 import rankrepro.hgldv2
-from rankrepro.experiments.batches import BatchError, train_batches
-from rankrepro.experiments.plan import PlanError, plan_from_config, write_plan
+from rankrepro.plan.batches import BatchError, train_batches
+from rankrepro.plan.build import plan_from_config, write_plan
+from rankrepro.plan.model import Plan, manifest_path
+from rankrepro.plan.schema import SCHEMA_DIR, PlanError
 
-validate(config, schema="../schemas/config.schema.yaml")
+validate(config, schema=str(SCHEMA_DIR / "config.schema.yaml"))
 try:
-    PLAN = plan_from_config(config)
+    _PLAN_JSON = plan_from_config(config)
 except PlanError as err:
     raise WorkflowError(f"invalid plan: {err}") from None
 
 PLAN_DIR = "results/plan"
-PLAN_FILE = str(write_plan(PLAN, PLAN_DIR))
+PLAN_FILE = str(write_plan(_PLAN_JSON, PLAN_DIR))
+PLAN = Plan.from_json(_PLAN_JSON)
 DATA_ROOT = config["data_root"]
 RUNTIME = config["runtime"]
 TRACKING = config["tracking"]
-RUNS = PLAN["runs"]
-DATASETS = PLAN["datasets"]
+RUNS = PLAN.runs
+DATASETS = PLAN.datasets
 
 
 wildcard_constraints:
@@ -122,7 +125,7 @@ def manifest_outputs():
 
 
 def manifest_meta(dataset):
-    return f"results/manifests/{dataset}/meta.json"
+    return manifest_path(dataset)
 
 
 def run_of(wildcards):
@@ -147,28 +150,32 @@ def table_plan(wildcards):
     return f"{PLAN_DIR}/tables/{wildcards.paper}/{wildcards.table}.json"
 
 
+def planned_table(wildcards):
+    """The plan of table {paper}/{table} (rankrepro.plan.model.TablePlan)."""
+    try:
+        return PLAN.table(f"{wildcards.paper}/{wildcards.table}")
+    except PlanError as err:
+        raise WorkflowError(str(err)) from None
+
+
 def table_inputs(wildcards):
-    """The table's runs' metrics.json, and the manifests a dataset statistics table counts."""
-    table = PLAN["tables"].get(f"{wildcards.paper}/{wildcards.table}")
-    if table is None:
-        raise WorkflowError(f"table {wildcards.paper}/{wildcards.table} is not in config.yaml's tables")
-    return [f"results/runs/{rid}/metrics.json" for rid in table["runs"]] + [
-        manifest_meta(name) for name in table.get("datasets", [])]
+    """What the table reads: its runs' metrics.json, the manifests a dataset statistics table counts."""
+    return planned_table(wildcards).inputs()
 
 
 def table_outputs():
-    return [f"results/tables/{key}.{ext}" for key in PLAN["tables"] for ext in ("md", "csv", "tex")]
+    return PLAN.table_outputs()
 
 
 def synthetic_outputs():
-    return [f"results/synthetic/{name}.{ext}" for name in PLAN["synthetic"]["names"] for ext in ("md", "json")]
+    return [f"results/synthetic/{name}.{ext}" for name in PLAN.synthetic["names"] for ext in ("md", "json")]
 
 
 def track_inputs():
     files = []
     for rid in RUNS:
         files += [f"results/runs/{rid}/{name}" for name in ("run.json", "history.csv", "metrics.json")]
-    return files + [f"results/tables/{key}.md" for key in PLAN["tables"]]
+    return files + [f"results/tables/{key}.md" for key in PLAN.tables]
 
 
 # -- the resized image cache (workflow/rules/cache.smk; src/rankrepro/data/cache.py) ---------------
@@ -242,7 +249,7 @@ def train_outputs(run_id=None):
     return {**outputs, **evaluate_outputs(run_id)} if RUNTIME["evaluate_in_train_job"] else outputs
 
 
-# -- training batches (runtime.runs_per_job > 1: rankrepro.experiments.batches; train.smk) ------------
+# -- training batches (runtime.runs_per_job > 1: rankrepro.plan.batches; train.smk) -------------------
 
 
 def run_wildcards(run_id):
@@ -300,7 +307,7 @@ def run_fused_evaluate_args(wildcards):
 
 
 # H-GLDv2 rebuilt (workflow/rules/hgldv2.smk).
-HGLDV2 = PLAN["hgldv2"]
+HGLDV2 = PLAN.hgldv2
 HGLDV2_DIR = "results/hgldv2"
 HGLDV2_PACKAGE = Path(rankrepro.hgldv2.__file__).parent
 
@@ -340,32 +347,26 @@ def hgldv2_curation():
 # Results index and report (workflow/rules/tables.smk).
 
 
-def run_tables(run_id):
-    """The tables ("<paper>/<table>") that use a run, in plan order."""
-    return [key for key, table in PLAN["tables"].items() if run_id in table.get("runs", [])]
-
-
 def run_paper(wildcards):
     """The report category of a run's training curve: the first paper whose tables use it."""
-    tables = run_tables(wildcards.run_id)
-    return PLAN["tables"][tables[0]]["paper"] if tables else "other runs"
+    tables = PLAN.tables_using(wildcards.run_id)
+    return PLAN.tables[tables[0]].paper if tables else "other runs"
 
 
 def run_labels(wildcards):
     """The report labels of a run's training curve (a run shared by several tables names them all)."""
     run = run_of(wildcards)
     return {"run": wildcards.run_id, "dataset": run["dataset"], "loss": run["loss"]["name"],
-            "tables": ", ".join(run_tables(wildcards.run_id)) or "none"}
+            "tables": ", ".join(PLAN.tables_using(wildcards.run_id)) or "none"}
 
 
 def table_labels(wildcards):
-    return {"table": wildcards.table, "kind": PLAN["tables"][f"{wildcards.paper}/{wildcards.table}"]["spec"].get(
-        "kind", "runs")}
+    return {"table": wildcards.table, "kind": planned_table(wildcards).kind.name}
 
 
 def paper_table_csvs(wildcards):
     """The CSVs of a paper's planned tables."""
-    tables = [key for key, table in PLAN["tables"].items() if table["paper"] == wildcards.paper]
+    tables = PLAN.tables_of_paper(wildcards.paper)
     if not tables:
         raise WorkflowError(f"no table of paper {wildcards.paper!r} is in config.yaml's tables")
     return [f"results/tables/{key}.csv" for key in tables]
@@ -374,20 +375,17 @@ def paper_table_csvs(wildcards):
 def report_outputs():
     """What the report shows, besides the index: an HTML page per table, a training curve per run
     of a table, a paper-vs-ours scatter per paper, the plot of each sweep."""
-    runs = dict.fromkeys(rid for table in PLAN["tables"].values() for rid in table.get("runs", []))
-    papers = dict.fromkeys(table["paper"] for table in PLAN["tables"].values())
-    return ([f"results/tables/{key}.html" for key in PLAN["tables"]]
-            + [f"results/runs/{rid}/curve.png" for rid in runs]
-            + [f"results/tables/{paper}/scatter.png" for paper in papers]
+    return ([f"results/tables/{key}.html" for key in PLAN.tables]
+            + [f"results/runs/{rid}/curve.png" for rid in PLAN.table_runs()]
+            + [f"results/tables/{paper}/scatter.png" for paper in PLAN.papers()]
             + sweep_outputs())
 
 
 def index_inputs():
     """Everything results/README.md summarises or links: every table's CSV, the runs' records, the
     synthetic results, the H-GLDv2 comparison, and the figures it links."""
-    runs = dict.fromkeys(rid for table in PLAN["tables"].values() for rid in table.get("runs", []))
     return (table_outputs()
-            + [f"results/runs/{rid}/{name}" for rid in runs for name in ("history.csv", "metrics.json")]
+            + [f"results/runs/{rid}/{name}" for rid in PLAN.table_runs() for name in ("history.csv", "metrics.json")]
             + synthetic_outputs() + hgldv2_outputs() + report_outputs())
 
 
@@ -396,18 +394,18 @@ def index_inputs():
 
 def sweep_tables():
     """The planned tables of kind sweep ("<paper>/<table>": paper figures, one row per point)."""
-    return [key for key, table in PLAN["tables"].items() if table["spec"].get("kind") == "sweep"]
+    return PLAN.tables_of_kind("sweep")
 
 
 def sweep_outputs():
     """The plots of the planned sweeps (results/tables/<paper>/<table>.png); their md/csv/tex are
     table_outputs()."""
-    return [f"results/tables/{key}.png" for key in sweep_tables()]
+    return [path for key in sweep_tables() for path in PLAN.tables[key].figures()]
 
 
 def sweep_table_pattern():
     """The sweep plot's {table} wildcard: the planned sweeps' names only (never scatter.png)."""
-    return "|".join(sorted({PLAN["tables"][key]["table"] for key in sweep_tables()})) or "(?!)"
+    return "|".join(sorted({PLAN.tables[key].table for key in sweep_tables()})) or "(?!)"
 
 
 def sweep_inputs(wildcards):

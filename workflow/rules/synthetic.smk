@@ -9,8 +9,8 @@ rule synthetic:
         json="results/synthetic/{name}.json",
     params:
         prefix=lambda wildcards, output: output.md.removesuffix(".md"),
-        scale=PLAN["synthetic"]["scale"],
-        seed=PLAN["synthetic"]["seed"],
+        scale=PLAN.synthetic["scale"],
+        seed=PLAN.synthetic["seed"],
     log:
         "results/logs/synthetic/{name}.log",
     conda:

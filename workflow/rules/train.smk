@@ -2,7 +2,7 @@
 # runtime.evaluate_in_train_job the same job evaluates (metrics.json, curve.png) and evaluate.smk has no rule.
 # With runtime.runs_per_job N > 1 (the demo), one job per training batch instead (train_batch_<dataset>_<k>):
 # up to N runs of one dataset trained and evaluated one after the other in one process
-# (rankrepro.experiments.batches), each writing its own results/runs/<id>/ as a one-run job would.
+# (rankrepro.plan.batches), each writing its own results/runs/<id>/ as a one-run job would.
 
 
 rule run_config:

@@ -10,7 +10,6 @@ machine's cores. Goal (issues 14 and 15: every table in the demo): under 15 minu
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from rankrepro.bench.plan import workflow_copy
 from rankrepro.io import atomic_write_json, atomic_write_text
+from rankrepro.plan.model import Plan
 
 GOAL_S = 15 * 60
 
@@ -69,11 +69,11 @@ def run(out_dir="results/bench", cores: int = 2) -> dict:
         if result.returncode != 0:
             raise RuntimeError(f"the demo failed after {seconds:.0f} s in {wf}:\n"
                                f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
-        plan = json.loads((wf / "results" / "plan" / "plan.json").read_text())
+        plan = Plan.load(wf / "results" / "plan" / "plan.json")
         tables = sorted(str(p.relative_to(wf / "results" / "tables").with_suffix(""))
                         for p in (wf / "results" / "tables").rglob("*.md"))
     record = {"seconds": round(seconds, 1), "goal_s": GOAL_S, "cores": cores, "cpu_count": os.cpu_count(),
-              "machine": platform.platform(), "jobs": job_counts(dry.stdout), "runs": len(plan["runs"]),
+              "machine": platform.platform(), "jobs": job_counts(dry.stdout), "runs": len(plan.runs),
               "tables": tables}
     atomic_write_json(Path(out_dir) / "demo.json", record)
     jobs = record["jobs"]

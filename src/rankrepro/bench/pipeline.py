@@ -49,7 +49,7 @@ CPU_BATCH = 64
 
 def sop_run() -> dict:
     """SupRank's SOP run (Smooth-AP loss), as the planner resolves it."""
-    from rankrepro.experiments.plan import resolve_run
+    from rankrepro.plan.planner import resolve_run
 
     return resolve_run("suprank_sop", {"name": "smooth_ap"})
 

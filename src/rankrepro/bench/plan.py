@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def workflow_copy(dest: Path) -> Path:
-    """Copy this checkout's workflow (Snakefile, config, rules, schemas, profiles, envs) into ``dest``."""
+    """Copy this checkout's workflow (Snakefile, config, rules, report, profiles, envs) into ``dest``."""
     for name in ("Snakefile", "config.yaml"):
         shutil.copy(REPO / name, dest / name)
     for name in ("workflow", "profiles", "envs"):
@@ -41,7 +41,8 @@ def workflow_copy(dest: Path) -> Path:
 def generate(dest: Path, tables: int = 33, runs: int = 250, losses: int = 10) -> dict:
     """Write generated setups and specs under ``dest``; return the config lines that use them."""
     from rankrepro import catalog
-    from rankrepro.experiments.plan import SETUPS_DIR, SPECS_DIR
+    from rankrepro.plan.setups import SETUPS_DIR
+    from rankrepro.plan.specs import SPECS_DIR
 
     cat = catalog.load()
     usable = [n for n, e in sorted(cat["loss"].items())
@@ -82,7 +83,7 @@ def _jobs(stdout: str) -> int:
 
 
 def run(out_dir="results/bench", repeats: int = 3, tables: int = 33, runs: int = 250) -> list[dict]:
-    from rankrepro.experiments.plan import plan_from_config, write_plan
+    from rankrepro.plan.build import plan_from_config, write_plan
     from rankrepro.io import atomic_write_text
 
     rows = []

@@ -38,13 +38,13 @@ import copy
 import hashlib
 import json
 import os
-import string
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from rankrepro.hgldv2.prompt import check_prompt
 from rankrepro.io import atomic_path, atomic_write_json, atomic_write_text
 
 TINY_MODEL = "rankrepro-tiny"
@@ -55,29 +55,6 @@ TINY_CONFIG = {
 }
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".npz")
 COLUMNS = ("split", "landmark_id", "category", "supercategory")
-PROMPT_KEY = "hgldv2.clip.prompt"  # the config key the rule passes as --prompt
-
-
-def check_prompt(prompt: str) -> None:
-    """ValueError naming :data:`PROMPT_KEY` unless ``prompt`` is a format string with exactly one
-    placeholder, ``{}`` (the name: no field name, conversion or format spec); ``{{`` and ``}}`` are
-    literal braces."""
-    try:
-        fields = [(name, conversion, spec) for _, name, spec, conversion in string.Formatter().parse(prompt)
-                  if name is not None]
-    except ValueError as err:  # a single { or }
-        problem = f"is not a format string ({err})"
-    else:
-        others = ["{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
-                  for name, conversion, spec in fields if (name, conversion, spec) != ("", None, "")]
-        if not others and len(fields) == 1:
-            return
-        problem = (f"has the placeholder(s) {', '.join(others)}" if others
-                   else f"has {len(fields)} {{}} placeholders")
-    raise ValueError(f"{PROMPT_KEY}: {prompt!r} {problem}; the allowed placeholder is {{}} (the name), exactly "
-                     f"once; write {{{{ and }}}} for literal braces")
-
-
 def unique_names(landmarks_csv) -> pd.DataFrame:
     """``name, landmarks``: each distinct supercategory of ``landmarks_csv`` (verbatim) and its number
     of rows, sorted by name. FileNotFoundError / ValueError (missing column, empty name) name the file."""

@@ -1,8 +1,11 @@
-"""Render a ``kind: sweep`` spec (a paper figure sweeping one run setting, e.g. SupRank's Figs. 6-8).
+"""``kind: sweep``: a paper figure that sweeps one run setting (e.g. SupRank's Figs. 6-8).
 
-The planner (:meth:`rankrepro.experiments.plan.Planner.plan_sweep`) expands each panel of the
-spec into one point per swept value, each with its runs (one per seed) and, when the panel has
-a ``reference``, the reference loss's runs at the same value. A point's value is, in percent:
+The spec has ``panels`` instead of rows and columns: each point is the run of the panel's setup,
+its ``run`` block and ``loss``, with the run's ``param`` (a dotted path) set to one of ``values``
+(merged after the loss, before the config's overrides, so a point whose resolved run equals a
+table's cell shares its id); with a ``reference`` the point also needs the reference loss's run
+at the same value. The planner expands it into one row per point (:func:`sweep_rows`). A point's
+value is, in percent:
 
 - without a reference, the mean over seeds of the panel's metric (``100 * metrics[metric]``),
   with ``± std`` when there are several seeds;
@@ -10,7 +13,7 @@ a ``reference``, the reference loss's runs at the same value. A point's value is
   reference run (SupRank Fig. 6: adding L_DG* to Sup-AP, per batch size), per seed when both
   sides have the same seeds (mean ± std of the per-seed gains), else of the means.
 
-:func:`render_sweep` writes the table of points (``<prefix>.md``, ``.csv``, ``.tex``: one row
+:meth:`SweepTable.render` writes the table of points (``<prefix>.md``, ``.csv``, ``.tex``: one row
 per point, the paper's point beside ours, with the CSV columns of a runs table so the results
 index, the HTML page and the paper scatter read it as any table); :func:`sweep_plot` draws the
 figure (``<prefix>.png``: one panel per spec panel, ours as a line with error bars, the
@@ -22,12 +25,20 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rankrepro.io import atomic_path
-from rankrepro.tables.render import REPLICA_NOTE, _tex_escape, to_csv, write_outputs
+from rankrepro.plan.complete import run_id
+from rankrepro.plan.merge import get_path
+from rankrepro.plan.model import as_table_plan
+from rankrepro.plan.schema import PlanError, validate
+from rankrepro.plan.setups import sweep_layer
+from rankrepro.tables.formats import md_row, md_rule, numbers_csv, tex_escape, write_outputs
+from rankrepro.tables.kinds import TABLE_KINDS
+from rankrepro.tables.kinds.base import REPLICA_NOTE, KindPlan, TableKind
 
-__all__ = ["DPI", "PANEL_SIZE", "relative_gain", "render_sweep", "sweep_entries", "sweep_plot"]
+__all__ = ["DPI", "PANEL_SIZE", "SweepTable", "relative_gain", "sweep_entries", "sweep_plot", "sweep_rows"]
 
 #: one panel of the plot, inches (width, height), and the resolution: a figure of n panels is
 #: (n * 480) x 420 pixels
@@ -35,8 +46,39 @@ PANEL_SIZE = (4.8, 4.2)
 DPI = 100
 
 
+@dataclass
+class SweepCell:
+    """A point of a ``sweep`` spec (row ``row`` of its expanded table, one column): the panel's
+    ``metric`` of ``run_ids`` (seeds) at ``value`` of its ``param``, and with a reference the
+    runs of the reference loss at the same value. ``resolved`` is the value the runs have
+    (the config's overrides may set the swept key too)."""
+
+    row: int
+    column: int
+    metric: str
+    panel: str
+    param: str
+    value: object
+    run_ids: list[str] = field(default_factory=list)
+    reference_run_ids: list[str] = field(default_factory=list)
+    resolved: object = None
+    pending: str | None = None
+
+
 def _value_text(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def sweep_rows(spec: dict) -> tuple[list[dict], list[dict]]:
+    """The one column and the rows (one per panel and value: ``method`` = "<title>: <label> =
+    <value>", ``paper`` = [the paper's point]) a sweep spec expands into."""
+    rows = []
+    for panel in spec["panels"]:
+        label = panel.get("label", panel["param"])
+        for value, paper in zip(panel["values"], panel["paper"]):
+            rows.append({"method": f"{panel['title']}: {label} = {_value_text(value)}", "paper": [paper],
+                         "panel": panel["key"], "value": value})
+    return [{"key": "point", "group": "", "header": "value"}], rows
 
 
 def _metric_values(run_ids: list[str], metric: str, runs_dir: Path) -> tuple[list[float] | None, bool]:
@@ -71,13 +113,14 @@ def _mean_std(values: list[float]) -> tuple[float, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
-def sweep_entries(table_plan: dict, runs_dir: str | Path) -> tuple[list[dict], bool]:
+def sweep_entries(table_plan, runs_dir: str | Path) -> tuple[list[dict], bool]:
     """One dict per point (the CSV's rows: a runs table's columns, then the sweep's), and whether
-    any run used replica data."""
-    spec, runs_dir = table_plan["spec"], Path(runs_dir)
+    any run used replica data (``table_plan``: a :class:`~rankrepro.plan.model.TablePlan` or its JSON)."""
+    table = as_table_plan(table_plan)
+    spec, runs_dir = table.spec, Path(runs_dir)
     panels = {panel["key"]: panel for panel in spec["panels"]}
     out, replica = [], False
-    for cell, row in zip(table_plan["cells"], spec["rows"]):
+    for cell, row in zip(table.cells, spec["rows"]):
         panel = panels[cell["panel"]]
         reference = panel.get("reference")
         ours = std = absolute = ref_value = None
@@ -112,17 +155,6 @@ def sweep_entries(table_plan: dict, runs_dir: str | Path) -> tuple[list[dict], b
             "run_ids": " ".join(cell["run_ids"]), "reference_run_ids": " ".join(cell["reference_run_ids"]),
         })
     return out, replica
-
-
-#: Greek letters of axis labels, as LaTeX math (pdflatex has no Unicode Greek in text mode)
-_TEX_GREEK = {"α": r"$\alpha$", "β": r"$\beta$", "λ": r"$\lambda$", "ρ": r"$\rho$", "τ": r"$\tau$", "δ": r"$\delta$"}
-
-
-def _tex(text: str) -> str:
-    text = _tex_escape(text)
-    for letter, math in _TEX_GREEK.items():
-        text = text.replace(letter, math)
-    return text
 
 
 def _point(e: dict, panel: dict) -> str:
@@ -187,14 +219,14 @@ def sweep_markdown(spec: dict, entries: list[dict], replica: bool) -> str:
             header += [f"{panel.get('method', panel['loss']['name'])} {panel['metric']}",
                        f"{reference.get('method', reference['loss']['name'])} {panel['metric']}"]
         header += ["runs"]
-        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += [md_row(header), md_rule(len(header))]
         for e in rows:
             cells = [_value_text(e["value"]), "" if e["paper"] is None else f"{e['paper']:.1f}",
                      _fmt(e["ours"], e["std"]), "" if e["diff"] is None else f"{e['diff']:+.1f}"]
             if reference is not None:
                 cells += [_fmt(e["ours_metric"]), _fmt(e["reference_metric"])]
             cells.append(" ".join(f"`{r}`" for r in (e["run_ids"] + " " + e["reference_run_ids"]).split()))
-            lines.append("| " + " | ".join(cells) + " |")
+            lines.append(md_row(cells))
         lines.append("")
     notes += _missing_notes(spec, entries) + _overridden(entries)
     if notes:
@@ -203,30 +235,21 @@ def sweep_markdown(spec: dict, entries: list[dict], replica: bool) -> str:
 
 
 def sweep_latex(spec: dict, entries: list[dict], replica: bool) -> str:
-    caption = _tex(spec["caption"]) + (r" \emph{Replica data: ours is meaningless.}" if replica else "")
+    caption = tex_escape(spec["caption"]) + (r" \emph{Replica data: ours is meaningless.}" if replica else "")
     lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{caption}}}", r"\begin{tabular}{lrrr}", r"\toprule",
              r"value & paper & ours & $\Delta$ \\"]
     for panel, rows in _panel_entries(spec, entries):
-        title = f"{_tex(panel['title'])}: {_tex(panel.get('header', panel['metric']))}"
+        title = f"{tex_escape(panel['title'])}: {tex_escape(panel.get('header', panel['metric']))}"
         lines += [r"\midrule", rf"\multicolumn{{4}}{{l}}{{{title}}} \\"]
         for e in rows:
             ours = "--" if e["ours"] is None else f"{e['ours']:.1f}" + (
                 f" $\\pm$ {e['std']:.1f}" if e["std"] is not None else "")
             lines.append(" & ".join([
-                f"{_tex(panel.get('label', panel['param']))} = {_tex(_value_text(e['value']))}",
+                f"{tex_escape(panel.get('label', panel['param']))} = {tex_escape(_value_text(e['value']))}",
                 "" if e["paper"] is None else f"{e['paper']:.1f}", ours,
                 "" if e["diff"] is None else f"{e['diff']:+.1f}"]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines) + "\n"
-
-
-def render_sweep(table_plan: dict, runs_dir: str | Path, out_prefix: str | Path) -> list[dict]:
-    """Write ``<out_prefix>.md``, ``.csv`` and ``.tex`` of a sweep's points; return them."""
-    spec = table_plan["spec"]
-    entries, replica = sweep_entries(table_plan, runs_dir)
-    write_outputs(out_prefix, sweep_markdown(spec, entries, replica), to_csv(entries, replica),
-                  sweep_latex(spec, entries, replica))
-    return entries
 
 
 def _pyplot():
@@ -274,10 +297,10 @@ def _draw_panel(ax, panel: dict, rows: list[dict]) -> None:
     ax.grid(alpha=0.3)
 
 
-def sweep_plot(table_plan: dict, runs_dir: str | Path, out: str | Path) -> Path:
+def sweep_plot(table_plan, runs_dir: str | Path, out: str | Path) -> Path:
     """Draw the sweep (one panel per spec panel) to ``out`` (PNG, (n * 480) x 420 pixels)."""
     plt = _pyplot()
-    spec = table_plan["spec"]
+    spec = as_table_plan(table_plan).spec
     entries, replica = sweep_entries(table_plan, runs_dir)
     panels = list(_panel_entries(spec, entries))
     fig, axes = plt.subplots(1, len(panels), figsize=(PANEL_SIZE[0] * len(panels), PANEL_SIZE[1]), dpi=DPI,
@@ -307,3 +330,73 @@ def _wrap(line: str, width: int) -> str:
 
     return "\n".join(textwrap.wrap(line, max(width, 40))) or line
 
+
+
+@TABLE_KINDS.register("sweep")
+class SweepTable(TableKind):
+    """A figure's points, one row per point (see the module docstring)."""
+
+    def check_before_schema(self, spec: dict, where: str) -> None:
+        for key in ("columns", "rows", "best"):
+            if key in spec:
+                raise PlanError(f"{where}: {key}: a sweep has panels, not {key} (it renders one row per point)")
+
+    def check(self, spec: dict, where: str, schemas) -> None:
+        """Each panel's points and blocks; adds the ``columns`` and ``rows`` it renders as (:func:`sweep_rows`)."""
+        for p, panel in enumerate(spec["panels"]):
+            if len(panel["paper"]) != len(panel["values"]):
+                raise PlanError(f"{where}: panels[{p}].paper: {len(panel['paper'])} numbers for "
+                                f"{len(panel['values'])} values ({panel['key']!r})")
+            for prefix, block in ((("panels", p, "run"), panel.get("run")),
+                                  (("panels", p, "reference", "run"), (panel.get("reference") or {}).get("run"))):
+                if block is not None:
+                    validate(block, schemas.partial_run, where, prefix=prefix)
+            for i, value in enumerate(panel["values"]):
+                validate(sweep_layer(panel["param"], value), schemas.partial_run, where,
+                         prefix=("panels", p, "values", i))
+        spec["columns"], spec["rows"] = sweep_rows(spec)  # the table it renders as: one row per point
+
+    def plan(self, spec: dict, planner) -> KindPlan:
+        """The points (one per panel and value, in order) and the runs they need (the reference's included)."""
+        cells, runs = [], {}
+        where = spec.get("_file", f"{spec['paper']}/{spec['table']}")
+        for p, panel in enumerate(spec["panels"]):
+            path = tuple(panel["param"].split("."))
+            reference = panel.get("reference")
+            arms = [("loss", [(f"{where}: panels[{p}].run", panel.get("run", {})),
+                              (f"{where}: panels[{p}].loss", {"loss": panel["loss"]})])]
+            if reference is not None:
+                arms.append(("reference", [(f"{where}: panels[{p}].run", panel.get("run", {})),
+                                           (f"{where}: panels[{p}].reference.loss", {"loss": reference["loss"]}),
+                                           (f"{where}: panels[{p}].reference.run", reference.get("run", {}))]))
+            pending = None
+            for arm, arm_layers in arms:
+                loss = arm_layers[-1 if arm == "loss" else 1][1]["loss"]
+                pending = pending or planner.pending(panel["setup"], loss["name"], f"{where}: panels[{p}].{arm}")
+            for i, value in enumerate(panel["values"]):
+                cell = SweepCell(len(cells), 0, panel["metric"], panel["key"], panel["param"], value, pending=pending)
+                cells.append(cell)
+                if pending:
+                    continue
+                for arm, arm_layers in arms:
+                    layers = [*arm_layers, (f"{where}: panels[{p}].values[{i}]", sweep_layer(panel["param"], value))]
+                    context = f" (sweep {panel['key']!r}, {panel['param']} = {_value_text(value)}, {arm})"
+                    for seed in spec.get("seeds", [None]):
+                        run = planner.resolve(panel["setup"], layers, seed, context)
+                        rid = run_id(run)
+                        runs[rid] = run
+                        (cell.run_ids if arm == "loss" else cell.reference_run_ids).append(rid)
+                        if arm == "loss":
+                            cell.resolved = get_path(run, path)
+        return KindPlan([asdict(cell) for cell in cells], runs)
+
+    def figures(self, table, results: str = "results") -> list[str]:
+        """The plot (:func:`sweep_plot`); its md/csv/tex are the table's outputs."""
+        return [f"{results}/tables/{table.key}.png"]
+
+    def render(self, table, runs_dir, out_prefix, manifests_dir=None) -> list[dict]:
+        spec = table.spec
+        entries, replica = sweep_entries(table, runs_dir)
+        write_outputs(out_prefix, sweep_markdown(spec, entries, replica), numbers_csv(entries, replica),
+                      sweep_latex(spec, entries, replica))
+        return entries

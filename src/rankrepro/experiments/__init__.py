@@ -1,1 +1,0 @@
-"""Paper setups as data, and their resolution into runs with stable ids."""

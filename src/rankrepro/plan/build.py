@@ -1,0 +1,151 @@
+"""The plan of a configuration: its tables planned by their kinds, their runs, datasets and extras.
+
+:func:`make_plan` plans every table of the config's ``tables`` through its kind
+(:mod:`rankrepro.tables.kinds`), collects the runs they need (cells describing the same run
+share it) and the datasets the DAG prepares (:func:`plan_datasets`); :func:`plan_from_config`
+adds the checked ``hgldv2`` block; :func:`write_plan` writes it under ``results/plan/`` (a file is
+rewritten only when its content changes, so Snakemake's mtimes stay put). The plan's shape:
+:mod:`rankrepro.plan.model`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from rankrepro.hgldv2.prompt import check_prompt
+from rankrepro.plan.model import Plan, TablePlan
+from rankrepro.plan.planner import Planner
+from rankrepro.plan.schema import SCHEMA_DIR, PlanError, fill_schema_defaults, load_schema, validate
+from rankrepro.plan.setups import load_setups
+from rankrepro.plan.specs import SPECS_DIR, load_spec
+from rankrepro.tables.kinds import spec_kind
+
+__all__ = ["HGLDV2_DATASET", "HGLDV2_SOURCE", "make_plan", "plan_datasets", "plan_from_config", "plan_hgldv2",
+           "write_plan"]
+
+
+def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datasets_config: dict | None = None,
+              *, specs_dir: str | Path | None = None, setups_dir: str | Path | None = None,
+              synthetic: dict | None = None, **planner_kw) -> dict:
+    """The plan (as JSON data: :meth:`Plan.to_json`) of the config's ``tables`` ({paper: [table, ...]}),
+    ``run_overrides`` and ``datasets``, and its ``synthetic`` results (those that need no dataset,
+    :mod:`rankrepro.synthetic`). Each table is planned by its kind (:meth:`TableKind.plan`)."""
+    if setups_dir is not None and "setups" not in planner_kw:
+        planner_kw["setups"] = load_setups(setups_dir, planner_kw.get("schemas"))
+    planner = Planner(overrides, **planner_kw)
+    specs_dir = specs_dir or SPECS_DIR
+    datasets_config = datasets_config or {}
+    for name in datasets_config:
+        if name not in planner.catalog["dataset"]:
+            raise PlanError(f"config datasets.{name}: unknown dataset; registered: "
+                            f"{', '.join(sorted(planner.catalog['dataset']))}")
+    runs: dict = {}
+    tables_out: dict[str, TablePlan] = {}
+    read_datasets: set[str] = set()
+    for paper, names in tables.items():
+        for table in names:
+            spec = load_spec(paper, table, planner.schemas, specs_dir)
+            kind = spec_kind(spec)
+            planned = kind.plan(spec, planner)
+            runs.update(planned.runs)
+            read_datasets.update(planned.datasets or ())
+            tables_out[f"{paper}/{table}"] = TablePlan(
+                paper, table, {k: v for k, v in spec.items() if k != "_file"}, planned.cells, sorted(planned.runs),
+                planned.datasets, spec["_file"] if kind.records_spec_file else None)
+    datasets = plan_datasets({run["dataset"] for run in runs.values()} | read_datasets, datasets_config,
+                             planner.catalog["dataset"])
+    synthetic = {"names": [], "scale": "paper", "seed": 0, **(synthetic or {})}
+    for name in synthetic["names"]:
+        if name not in planner.catalog["synthetic"]:
+            raise PlanError(f"config synthetic.names: unknown result {name!r}; registered: "
+                            f"{', '.join(sorted(planner.catalog['synthetic']))}")
+    return Plan(dict(sorted(runs.items())), tables_out, datasets, synthetic).to_json()
+
+
+def plan_datasets(used: set[str], datasets_config: dict, catalog: dict) -> dict:
+    """``{name: {"facts", "config"}}`` of the datasets the runs use, those the config lists
+    and the bases of derived ones. Datasets that share their files (``facts["source"]``)
+    must take them from the same place; a url/checksum override needs a single file."""
+    default_cfg = {"replica": False, "extracted": None, "url": None, "checksum": None}
+    names = set(used) | set(datasets_config)
+    while True:
+        bases = {catalog[n]["facts"]["derived_from"] for n in names} - {None} - names
+        if not bases:
+            break
+        names |= bases
+    datasets = {name: {"facts": catalog[name]["facts"], "config": {**default_cfg, **(datasets_config.get(name) or {})}}
+                for name in sorted(names)}
+    by_source: dict[str, list[str]] = {}
+    for name, entry in datasets.items():
+        facts, cfg = entry["facts"], entry["config"]
+        if facts["derived_from"] and cfg != default_cfg:
+            raise PlanError(f"config datasets.{name}: {name} is derived from {facts['derived_from']} and has no "
+                            f"files of its own; set replica/extracted/url/checksum on datasets.{facts['derived_from']}")
+        if (cfg["url"] or cfg["checksum"]) and facts["files"] != 1:
+            raise PlanError(f"config datasets.{name}: url/checksum override a single file, but {name} has "
+                            f"{facts['files']} source files; point datasets.{name}.extracted to a copy instead")
+        if facts["source"]:
+            by_source.setdefault(facts["source"], []).append(name)
+    for source, members in by_source.items():
+        first = members[0]
+        for other in members[1:]:
+            for key in ("replica", "url", "checksum"):
+                if datasets[first]["config"][key] != datasets[other]["config"][key]:
+                    raise PlanError(f"config datasets.{other}.{key} differs from datasets.{first}.{key}: both "
+                                    f"datasets use the files of {source!r}, so they must come from the same place")
+    return datasets
+
+
+#: the dataset whose files the H-GLDv2 pipeline reads, and the one that trains on its labels
+HGLDV2_SOURCE, HGLDV2_DATASET = "gldv2", "gldv2_hier_rebuilt"
+
+
+def plan_hgldv2(hgldv2: dict | None, datasets: dict, schema_dir: str | Path = SCHEMA_DIR) -> dict:
+    """The config's ``hgldv2`` block checked (types: ``--config`` gives text) with its defaults filled;
+    ``build`` needs the GLDv2 files (``datasets.gldv2``), and ``gldv2_hier_rebuilt`` needs ``build``."""
+    block = copy.deepcopy(hgldv2 or {})
+    schema = load_schema("config", str(schema_dir))["properties"]["hgldv2"]
+    validate(block, schema, "config", ("hgldv2",), text_hint=True)
+    fill_schema_defaults(block, schema)
+    try:
+        check_prompt(block["clip"]["prompt"])
+    except ValueError as err:
+        raise PlanError(f"config: {err}") from None
+    if block["build"] and HGLDV2_SOURCE not in datasets:
+        raise PlanError(f"config hgldv2.build: the H-GLDv2 pipeline reads the files of {HGLDV2_SOURCE!r} (its "
+                        f"*_label_to_category.csv and the release); list datasets.{HGLDV2_SOURCE}")
+    if HGLDV2_DATASET in datasets and not block["build"]:
+        raise PlanError(f"config datasets.{HGLDV2_DATASET}: its labels come from the H-GLDv2 pipeline; set "
+                        "hgldv2.build: true")
+    return block
+
+
+def plan_from_config(config: dict) -> dict:
+    """:func:`make_plan` of a configuration (``config.yaml`` with its profile and ``--config`` merged in),
+    with the checked ``hgldv2`` block (:func:`plan_hgldv2`)."""
+    plan = make_plan(config.get("tables") or {}, config.get("run_overrides") or {}, config.get("datasets") or {},
+                     specs_dir=config.get("specs_dir"), setups_dir=config.get("setups_dir"),
+                     synthetic=config.get("synthetic"))
+    plan["hgldv2"] = plan_hgldv2(config.get("hgldv2"), plan["datasets"])
+    return plan
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    from rankrepro.io import atomic_write_text
+
+    if not path.is_file() or path.read_text() != text:
+        atomic_write_text(path, text)
+
+
+def write_plan(plan: dict, out_dir: str | Path = "results/plan") -> Path:
+    """``<out_dir>/plan.json`` and one ``<out_dir>/tables/<paper>/<table>.json`` per table (the table rule's
+    input) of a plan's JSON data (:func:`make_plan`), each rewritten only when its content changed.
+    Returns the plan file."""
+    out_dir = Path(out_dir)
+    for key, table in plan["tables"].items():
+        _write_if_changed(out_dir / "tables" / f"{key}.json", json.dumps(table, indent=1, sort_keys=True) + "\n")
+    path = out_dir / "plan.json"
+    _write_if_changed(path, json.dumps(plan, indent=1, sort_keys=True) + "\n")
+    return path

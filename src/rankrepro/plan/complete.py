@@ -1,0 +1,103 @@
+"""Run completion and run ids.
+
+A merged run (:mod:`rankrepro.plan.merge`) is *completed*: the run schema's defaults and every
+component's keyword defaults from the catalog (:mod:`rankrepro.catalog`) are written into it,
+so the record pins everything training and evaluation will use. It is validated (schema,
+component names and parameters, metric names) with errors that name the file and key the
+wrong value came from. Its id is ``<dataset>-<loss>-<first 10 hex of the SHA-1 of its
+canonical JSON>`` (:func:`run_id`): cells describing the same run share it, and a changed
+default (through the catalog) changes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+
+from rankrepro.catalog import COMPONENTS, NAME_REFS
+from rankrepro.plan.merge import get_path, origin_of
+from rankrepro.plan.schema import PlanError, Schemas, dotted, fill_schema_defaults, first_error
+from rankrepro.registry import ParameterError, check_parameters
+
+__all__ = ["ID_NEUTRAL_DEFAULTS", "canonical_json", "complete_run", "run_id"]
+
+
+def canonical_json(obj) -> str:
+    """The JSON text a run's id hashes: sorted keys, no spaces."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+#: keys added to the run record after run ids were fixed, with their defaults: :func:`run_id` leaves such a
+#: key out of the hash while it equals its default, so every run planned before the key existed keeps its id
+#: (results/runs/<id>/ stays where it is); any other value is hashed like every key
+ID_NEUTRAL_DEFAULTS = {"task": "retrieval"}
+
+
+def run_id(run: dict) -> str:
+    """``<dataset>-<loss>-<first 10 hex of the SHA-1 of the run's canonical JSON>`` (keys of
+    :data:`ID_NEUTRAL_DEFAULTS` at their default left out)."""
+    hashed = {k: v for k, v in run.items() if k not in ID_NEUTRAL_DEFAULTS or v != ID_NEUTRAL_DEFAULTS[k]}
+    digest = hashlib.sha1(canonical_json(hashed).encode()).hexdigest()[:10]
+    return f"{run['dataset']}-{run['loss']['name']}-{digest}"
+
+
+def _where(origins: dict, path: tuple, context: str) -> str:
+    return f"{origin_of(origins, path)}{context}: {dotted(path)}"
+
+
+def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, context: str = "") -> dict:
+    """Fill the defaults of a merged run and validate it (see the module docstring).
+
+    ``context`` is added to the origin of a wrong value in messages (e.g. which cell)."""
+    run = copy.deepcopy(merged)
+    if isinstance(get_path(run, ("model", "pooling")), str):
+        run["model"]["pooling"] = {"name": run["model"]["pooling"]}
+    fill_schema_defaults(run, schemas.run)
+    error = first_error(run, schemas.run)
+    if error is not None:
+        path = tuple(error.absolute_path)
+        if error.validator == "required":  # a key nobody gave: name the block's origin
+            missing = error.message.split("'")[1] if "'" in error.message else error.message
+            raise PlanError(f"{_where(origins, path, context) if path else origin_of(origins, ()) + context}: "
+                            f"{missing!r} is required and given by no setup, spec or override")
+        raise PlanError(f"{_where(origins, path, context)}: {error.message}")
+    for path, kind in NAME_REFS.items():
+        name = get_path(run, path)
+        if name not in catalog[kind]:
+            raise PlanError(f"{_where(origins, path, context)}: unknown {kind} {name!r}; registered: "
+                            f"{', '.join(sorted(catalog[kind]))}")
+    for path, (kind, extra) in COMPONENTS.items():
+        block = get_path(run, path)
+        if isinstance(block, str):  # a bare name (e.g. the model's default pooling "avg")
+            block = {"name": block}
+            get_path(run, path[:-1])[path[-1]] = block
+        name = block["name"]
+        if name not in catalog[kind]:
+            raise PlanError(f"{_where(origins, (*path, 'name'), context)}: unknown {kind} {name!r}; registered: "
+                            f"{', '.join(sorted(catalog[kind]))}")
+        entry = catalog[kind][name]
+        params = {k: v for k, v in block.items() if k != "name" and k not in extra}
+        for key in params:
+            where = _where(origins, (*path, key), context)
+            try:
+                check_parameters(kind, name, entry, {key: params[key]}, partial=True)
+            except ParameterError as err:
+                raise PlanError(f"{where}: {err}") from None
+        try:
+            check_parameters(kind, name, entry, params)
+        except ParameterError as err:
+            raise PlanError(f"{_where(origins, path, context)}: {err}") from None
+        for key, spec in entry["parameters"].items():
+            block.setdefault(key, copy.deepcopy(spec.get("default")))
+    if run["warmup_epochs"] > run["epochs"]:  # the backbone would never train
+        raise PlanError(f"run{context}: warmup_epochs ({run['warmup_epochs']}, {origin_of(origins, ('warmup_epochs',))}) "
+                        f"exceeds epochs ({run['epochs']}, {origin_of(origins, ('epochs',))})")
+    from rankrepro.metrics.names import parse_metric
+
+    for i, name in enumerate(run["eval"]["metrics"]):
+        try:
+            parse_metric(name)
+        except ValueError as err:
+            raise PlanError(f"{_where(origins, ('eval', 'metrics'), context)}[{i}]: {err}") from None
+    return run

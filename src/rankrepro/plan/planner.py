@@ -1,0 +1,73 @@
+"""The planner: resolves runs against one catalog, one set of setups and schemas, and the config's overrides.
+
+A **run** is a fully resolved experiment (``schemas/run.schema.yaml``). For table cell (row,
+column) it is the merge (:mod:`rankrepro.plan.merge`), in this order, of
+
+1. the column's setup and every setup it ``extends`` (:mod:`rankrepro.plan.setups`),
+2. the spec's layers (for a runs table: the column's ``run`` block, the row's ``loss``, the
+   row's ``run`` block; each table kind says which: :mod:`rankrepro.tables.kinds`),
+3. the config's ``run_overrides``,
+4. the seed, when the spec lists ``seeds``,
+
+then completed and validated (:mod:`rankrepro.plan.complete`).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from rankrepro import catalog as catalog_mod
+from rankrepro.catalog import COMPONENTS
+from rankrepro.plan.complete import canonical_json, complete_run
+from rankrepro.plan.merge import get_path, merge_layers
+from rankrepro.plan.planned import dataset_pending, load_planned, run_pending
+from rankrepro.plan.schema import PlanError, Schemas, dotted, validate
+from rankrepro.plan.setups import Setup, load_setups, setup_layers
+
+__all__ = ["Planner", "resolve_run"]
+
+
+class Planner:
+    """Resolves runs against one catalog, one set of setups and schemas, and the config's overrides."""
+
+    def __init__(self, overrides: dict | None = None, *, catalog: dict | None = None,
+                 setups: dict[str, Setup] | None = None, schemas: Schemas | None = None,
+                 planned: dict | None = None, overrides_label: str = "config run_overrides"):
+        self.schemas = schemas or Schemas()
+        self.catalog = catalog if catalog is not None else catalog_mod.load()
+        self.setups = setups if setups is not None else load_setups(schemas=self.schemas)
+        self.planned = planned if planned is not None else load_planned()
+        self.overrides = overrides or {}
+        self.overrides_label = overrides_label
+        self._resolved: dict = {}  # the same layers give the same run: complete it once
+        validate(self.overrides, self.schemas.partial_run, overrides_label, text_hint=True)
+        for path, (kind, _) in COMPONENTS.items():  # a name in the overrides must exist
+            name = get_path(self.overrides, (*path, "name"))
+            if name is not None and name not in self.catalog[kind]:
+                raise PlanError(f"{overrides_label}: {dotted((*path, 'name'))}: unknown {kind} {name!r}; "
+                                f"registered: {', '.join(sorted(self.catalog[kind]))}")
+
+    def resolve(self, setup: str, layers: list[tuple[str, dict]] = (), seed: int | None = None,
+                context: str = "") -> dict:
+        """The complete run of ``setup`` with the spec's ``layers`` and the overrides (and ``seed``)."""
+        all_layers = [*setup_layers(setup, self.setups), *layers, (self.overrides_label, self.overrides)]
+        if seed is not None:
+            all_layers.append(("spec seeds", {"seed": seed}))
+        key = canonical_json(all_layers)
+        if key not in self._resolved:
+            merged, origins = merge_layers(all_layers)
+            self._resolved[key] = complete_run(merged, origins, self.catalog, self.schemas, context)
+        return copy.deepcopy(self._resolved[key])
+
+    def pending(self, setup: str, loss: str, where: str) -> str | None:
+        """Why a cell has no run yet (planned names), None when it has one; unknown names fail."""
+        return run_pending(setup, loss, where, setups=self.setups, catalog=self.catalog, planned=self.planned)
+
+    def dataset_pending(self, dataset: str, where: str) -> str | None:
+        """Why ``dataset`` has no manifest yet (planned), None when it is registered; unknown names fail."""
+        return dataset_pending(dataset, where, catalog=self.catalog, planned=self.planned)
+
+
+def resolve_run(setup: str, loss: dict, overrides: dict | None = None, **planner_kw) -> dict:
+    """The complete run of ``loss`` in ``setup`` with ``overrides`` on top (a convenience for tests and notebooks)."""
+    return Planner(overrides, **planner_kw).resolve(setup, [("loss", {"loss": loss})])

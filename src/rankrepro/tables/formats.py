@@ -1,0 +1,183 @@
+"""The Markdown, CSV, LaTeX and HTML primitives every table kind renders with.
+
+Text from a spec (captions, methods, headers, a static table's cells) is escaped for the
+format it is written to: in a Markdown table cell a ``|`` is ``\\|`` (:func:`md_cell`), in
+LaTeX the special characters are escaped and the Unicode symbols pdflatex's utf8 input does
+not know are set as math (:func:`tex_escape`; :func:`tex_text` keeps ``$...$`` math), in HTML
+through :func:`html.escape` (:func:`html_text`).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import math
+import re
+from pathlib import Path
+
+from rankrepro.io import atomic_write_text
+
+__all__ = ["BEST", "SECOND", "TEX_CHARS", "csv_text", "group_spans", "html_mark", "html_text", "md_cell", "md_mark",
+           "md_row", "md_rule", "numbers_csv", "paper_number", "parse_number", "read_table_csv", "tex_escape",
+           "tex_mark", "tex_text", "write_outputs"]
+
+#: a value's mark: the best of its column (bold) or the second best (underlined)
+BEST, SECOND = "best", "second"
+
+
+def paper_number(value: float | None, decimals: int = 1) -> str:
+    """A paper's number as transcribed: ``decimals`` decimals (the column's: 1, 2 where the paper
+    prints 70.70, 3 for fractions), or more where the transcription has more (0.828, 0.02)."""
+    if value is None:
+        return ""
+    text = f"{value:.{decimals}f}"
+    return text if float(text) == value else format(value, ".10g")
+
+
+# ------------------------------------------------------------------------------- Markdown
+
+
+def md_cell(text: str) -> str:
+    """A cell of a Markdown pipe table: as given, its pipes escaped (``|P|`` -> ``\\|P\\|``)."""
+    return text.replace("|", "\\|")
+
+
+def md_row(cells: list[str]) -> str:
+    """One line of a Markdown pipe table, each cell escaped (:func:`md_cell`)."""
+    return "| " + " | ".join(md_cell(c) for c in cells) + " |"
+
+
+def md_rule(ncol: int) -> str:
+    """The line under a Markdown table's header of ``ncol`` columns."""
+    return "|" + "---|" * ncol
+
+
+def md_mark(text: str, mark: str) -> str:
+    """A value marked best (bold) or second best (underlined) in Markdown."""
+    return f"**{text}**" if mark == BEST else f"<u>{text}</u>" if mark == SECOND else text
+
+
+# ------------------------------------------------------------------------------------ CSV
+
+
+def csv_text(rows: list[dict], fieldnames: list[str]) -> str:
+    """``rows`` as CSV text with a header of ``fieldnames``."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fieldnames)
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def numbers_csv(rows: list[dict], replica: bool) -> str:
+    """A table of numbers' CSV: its entries' keys, then ``replica`` (whether ours come from replicas)."""
+    return csv_text([{**entry, "replica": replica} for entry in rows], [*rows[0].keys(), "replica"])
+
+
+def parse_number(text: str | None) -> float | None:
+    """A CSV field as a number: None when empty or NaN."""
+    if text is None or text == "":
+        return None
+    value = float(text)
+    return None if math.isnan(value) else value
+
+
+def read_table_csv(path: str | Path) -> list[dict]:
+    """The rows of a rendered table's CSV, ``paper`` and ``ours`` as floats (None when empty)."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        row["paper"], row["ours"] = parse_number(row.get("paper")), parse_number(row.get("ours"))
+    return rows
+
+
+# ---------------------------------------------------------------------------------- LaTeX
+
+
+#: LaTeX for the characters a spec's text may hold that pdflatex's utf8 input does not know
+#: (Greek letters and symbols, as math) or that LaTeX treats specially
+TEX_CHARS = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{",
+    "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+    "α": r"$\alpha$", "β": r"$\beta$", "γ": r"$\gamma$", "δ": r"$\delta$", "ε": r"$\epsilon$",
+    "λ": r"$\lambda$", "μ": r"$\mu$", "ρ": r"$\rho$", "σ": r"$\sigma$", "τ": r"$\tau$", "Σ": r"$\Sigma$",
+    "Δ": r"$\Delta$", "†": r"\textdagger{}", "‡": r"\textdaggerdbl{}", "×": r"$\times$", "±": r"$\pm$",
+    "≤": r"$\leq$", "≥": r"$\geq$", "−": "-", "ℓ": r"$\ell$", "→": r"$\rightarrow$", "·": r"$\cdot$",
+    "✓": r"$\checkmark$", "✗": r"$\times$",  # \checkmark: amssymb
+}
+
+
+def tex_escape(text: str) -> str:
+    """``text`` as LaTeX that compiles with pdflatex (specials escaped, Greek letters as math)."""
+    return "".join(TEX_CHARS.get(ch, ch) for ch in text)
+
+
+#: ``$...$`` (math, kept as is in LaTeX) in a paper's text
+_MATH = re.compile(r"(\$[^$]+\$)")
+#: a superscript or subscript printed outside math (``10^{-6}``): set as math in LaTeX (``10$^{-6}$``)
+_SCRIPT = re.compile(r"([\^_])\{([-−+]?[0-9A-Za-z.]+)\}")
+
+
+def _tex_math(math_text: str) -> str:
+    """A ``$...$`` segment with the Unicode symbols :data:`TEX_CHARS` sets as math written as commands."""
+    return "".join(TEX_CHARS[ch][1:-1] + " " if TEX_CHARS.get(ch, "").startswith("$") and len(TEX_CHARS[ch]) > 2
+                   else "-" if ch == "−" else ch for ch in math_text)  # "$αb$": "\\alpha b", not "\\alphab"
+
+
+def tex_text(text: str) -> str:
+    """Text as printed in a paper (``$...$`` math among plain text, ``10^{-6}`` superscripts) as LaTeX:
+    math kept (its Unicode symbols as commands), the rest escaped (:func:`tex_escape`), a ``^{..}``
+    or ``_{..}`` outside math set as math."""
+    out = []
+    for i, part in enumerate(_MATH.split(text)):
+        if i % 2:
+            out.append(_tex_math(part))
+            continue
+        last = 0
+        for m in _SCRIPT.finditer(part):
+            out.append(tex_escape(part[last:m.start()]) + f"${m.group(1)}{{{m.group(2).replace('−', '-')}}}$")
+            last = m.end()
+        out.append(tex_escape(part[last:]))
+    return "".join(out)
+
+
+def tex_mark(text: str, mark: str) -> str:
+    """A value marked best (bold) or second best (underlined) in LaTeX."""
+    return rf"\textbf{{{text}}}" if mark == BEST else rf"\underline{{{text}}}" if mark == SECOND else text
+
+
+def group_spans(columns: list[dict], width: int) -> list[tuple[str, int]]:
+    """(group, LaTeX columns it spans) of each run of consecutive columns with the same ``group``,
+    each column ``width`` LaTeX columns wide."""
+    groups: list[tuple[str, int]] = []
+    for column in columns:
+        group = column.get("group", "")
+        if groups and groups[-1][0] == group:
+            groups[-1] = (group, groups[-1][1] + width)
+        else:
+            groups.append((group, width))
+    return groups
+
+
+# ----------------------------------------------------------------------------------- HTML
+
+
+def html_text(text) -> str:
+    """Text as HTML (``<``, ``>``, ``&`` and quotes escaped)."""
+    return html.escape(str(text))
+
+
+def html_mark(text: str, mark: str | None) -> str:
+    """A value as the rendered tables mark it (their CSV's ``paper_mark`` / ``ours_mark``)."""
+    return {BEST: f"<b>{text}</b>", SECOND: f"<u>{text}</u>"}.get(mark or "", text)
+
+
+# ---------------------------------------------------------------------------------- files
+
+
+def write_outputs(out_prefix: str | Path, md: str, csv_: str, tex: str) -> None:
+    """``<out_prefix>.md``, ``.csv`` and ``.tex``, each written atomically."""
+    out_prefix = Path(out_prefix)
+    for suffix, text in ((".md", md), (".csv", csv_), (".tex", tex)):
+        atomic_write_text(out_prefix.with_suffix(suffix), text)

@@ -1,0 +1,277 @@
+"""``kind: runs`` (the default): a paper table whose cells are trained runs' metrics.
+
+Cell (row, column) is the run of the column's setup with the row's loss: the merge of the
+column's setup (and its ``extends`` chain), the column's ``run`` block, the row's ``loss``, the
+row's ``run`` block, the config's overrides, and the seed when the spec lists ``seeds`` (one run
+per seed). A row marked ``cited`` is quoted from other work and has no run; a cell whose setup,
+dataset or loss is only planned is pending (:mod:`rankrepro.plan.planned`).
+
+Rendered: ours is the mean over the cell's runs (seeds) of the metric in percent (a column
+with ``unit: fraction`` keeps the metric as a fraction, printed with three decimals, as PNP
+prints its cosine distances: 0.318), with ``± std`` when there are several; the difference is
+ours − paper. A spec's ``best`` block marks, per column and per set of compared rows, the best
+value in bold and the second best underlined, separately for the paper's numbers and for ours
+(:func:`best_marks`; the rules: ``src/rankrepro/plan/schemas/table.schema.yaml``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rankrepro.plan.complete import run_id
+from rankrepro.plan.schema import validate
+from rankrepro.tables.formats import (BEST, SECOND, group_spans, md_mark, md_row, md_rule, numbers_csv, paper_number,
+                                      tex_escape, tex_mark, write_outputs)
+from rankrepro.tables.kinds import TABLE_KINDS
+from rankrepro.tables.kinds.base import REPLICA_NOTE, KindPlan, TableError, TableKind, check_paper_counts
+
+__all__ = ["UNITS", "RunsTable", "best_marks", "cell_values", "column_unit", "mark_groups", "rank_marks",
+           "table_rows"]
+
+
+@dataclass
+class Cell:
+    """A cell of a runs table: ``metric`` of ``run_ids`` (one per seed), or why it has none (``pending``)."""
+
+    row: int
+    column: int
+    metric: str
+    run_ids: list[str] = field(default_factory=list)
+    pending: str | None = None  # why no run exists (yet)
+
+
+#: a run column's unit: the factor on the metric and the decimals it is printed with (a percent
+#: column: the spec's ``decimals``, default 1, as the paper prints them; top-k prints 62.89)
+UNITS = {"percent": (100.0, 1), "fraction": (1.0, 3)}
+
+
+def column_unit(spec: dict, column: int) -> tuple[float, int]:
+    """(factor, decimals) of a run table's column (``unit``, default percent)."""
+    unit = spec["columns"][column].get("unit", "percent")
+    factor, decimals = UNITS[unit]
+    return factor, spec.get("decimals", decimals) if unit == "percent" else decimals
+
+
+def cell_values(cells: list[dict], runs_dir: str | Path, spec: dict) -> tuple[dict, bool]:
+    """{(row, column): (mean, std or None, n)} in the column's unit (:func:`column_unit`), and
+    whether any run used replica data."""
+    values, replica = {}, False
+    for cell in cells:
+        factor = column_unit(spec, cell["column"])[0]
+        found = []
+        for rid in cell["run_ids"]:
+            path = Path(runs_dir) / rid / "metrics.json"
+            result = json.loads(path.read_text())
+            replica |= bool(result.get("replica"))
+            if cell["metric"] not in result["metrics"]:
+                raise KeyError(f"{path} has no metric {cell['metric']!r} (it has {sorted(result['metrics'])}); "
+                               "add it to the setup's eval.metrics")
+            found.append(factor * result["metrics"][cell["metric"]])
+        if found:
+            std = statistics.stdev(found) if len(found) > 1 else None
+            values[(cell["row"], cell["column"])] = (statistics.fmean(found), std, len(found))
+    return values, replica
+
+
+def mark_groups(spec: dict) -> list[list[int]]:
+    """The sets of rows (indexes) whose values the spec's ``best`` block compares; [] without one.
+
+    ``best.groups`` names rows by method (which must name exactly one row) or by index."""
+    best = spec.get("best")
+    if best is None:
+        return []
+    rows = spec["rows"]
+    if "groups" not in best:
+        return [list(range(len(rows)))]
+    where = f"{spec['paper']}/{spec['table']}: best.groups"
+    by_method: dict[str, list[int]] = {}
+    for r, row in enumerate(rows):
+        by_method.setdefault(row.get("method"), []).append(r)
+    groups = []
+    for g, group in enumerate(best["groups"]):
+        members = []
+        for ref in group:
+            if isinstance(ref, int) and not isinstance(ref, bool):
+                if not 0 <= ref < len(rows):
+                    raise TableError(f"{where}[{g}]: row index {ref} out of range (0..{len(rows) - 1})")
+                members.append(ref)
+            else:
+                hits = by_method.get(ref, [])
+                if len(hits) != 1:
+                    raise TableError(f"{where}[{g}]: {ref!r} names {len(hits)} rows (a method naming exactly "
+                                     "one row, or a row index)")
+                members.append(hits[0])
+        groups.append(members)
+    return groups
+
+
+def rank_marks(values: dict, better: str = "higher") -> dict:
+    """``{key: BEST | SECOND}`` of ``values`` ({key: number or None}): the best value(s) and the
+    next distinct one(s); None is skipped; nothing is marked unless two values differ."""
+    if better not in ("higher", "lower"):
+        raise ValueError(f"better must be 'higher' or 'lower', got {better!r}")
+    present = {k: v for k, v in values.items() if v is not None}
+    ranked = sorted(set(present.values()), reverse=better == "higher")
+    if len(ranked) < 2:
+        return {}
+    return {k: BEST if v == ranked[0] else SECOND for k, v in present.items() if v in ranked[:2]}
+
+
+def best_marks(spec: dict, paper: dict, ours: dict) -> tuple[dict, dict]:
+    """The marks ``{(row, column): BEST | SECOND}`` of the paper's numbers and of ours, from
+    ``paper`` / ``ours`` = {(row, column): value or None}. Ours are compared as printed (one
+    decimal, three in a fraction column); ``best.paper`` / ``best.ours`` (default true) switch either off."""
+    best = spec.get("best")
+    paper_marks: dict = {}
+    ours_marks: dict = {}
+    if best is None:
+        return paper_marks, ours_marks
+    printed = {k: None if v is None else round(v, column_unit(spec, k[1])[1]) for k, v in ours.items()}
+    for group in mark_groups(spec):
+        for c, column in enumerate(spec["columns"]):
+            better = column.get("better", "higher")
+            if best.get("paper", True):
+                paper_marks.update(rank_marks({(r, c): paper.get((r, c)) for r in group}, better))
+            if best.get("ours", True):
+                ours_marks.update(rank_marks({(r, c): printed.get((r, c)) for r in group}, better))
+    return paper_marks, ours_marks
+
+
+def table_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
+    """One dict per (row, column): method, column, unit, decimals, paper, ours, std, diff, status, and the
+    best / second best marks of the paper's number and of ours (``paper_mark``, ``ours_mark``:
+    "best", "second" or "")."""
+    out = []
+    by_pos = {(c["row"], c["column"]): c for c in cells}
+    for r, row in enumerate(spec["rows"]):
+        for c, column in enumerate(spec["columns"]):
+            paper = row["paper"][c]
+            mean, std, n = values.get((r, c), (None, None, 0))
+            decimals = column_unit(spec, c)[1]
+            digits = decimals + 1
+            cell = by_pos[(r, c)]
+            status = "cited" if row.get("cited") else ("ours" if mean is not None else (cell["pending"] or "missing"))
+            out.append({
+                "method": row["method"], "column": f"{column['group']} {column['header']}", "metric": column["metric"],
+                "unit": column.get("unit", "percent"), "decimals": decimals, "paper": paper,
+                "ours": None if mean is None else round(mean, digits),
+                "std": None if std is None else round(std, digits), "seeds": n,
+                "diff": None if mean is None or paper is None else round(mean - paper, digits), "status": status,
+            })
+    ncol = len(spec["columns"])
+    paper_marks, ours_marks = best_marks(spec, {(i // ncol, i % ncol): e["paper"] for i, e in enumerate(out)},
+                                         {(i // ncol, i % ncol): e["ours"] for i, e in enumerate(out)})
+    for i, entry in enumerate(out):
+        entry["paper_mark"] = paper_marks.get((i // ncol, i % ncol), "")
+        entry["ours_mark"] = ours_marks.get((i // ncol, i % ncol), "")
+    return out
+
+
+def _ours(entry: dict, pm: str = "±") -> str:
+    if entry["ours"] is None:
+        return "—"
+    d = entry["decimals"]
+    return f"{entry['ours']:.{d}f}" + (f" {pm} {entry['std']:.{d}f}" if entry["std"] is not None else "")
+
+
+def _diff(entry: dict) -> str:
+    return "" if entry["diff"] is None else f"{entry['diff']:+.{entry['decimals']}f}"
+
+
+def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
+    ncol = len(spec["columns"])
+    header = ["Method"] + [f"{c['group']} {c['header']} {part}" for c in spec["columns"]
+                           for part in ("paper", "ours", "Δ")]
+    lines = [f"# {spec['paper']} {spec['table']}: {spec['caption']}", "",
+             f"Source: {spec['source']}. Paper numbers beside ours (percent unless a column says fraction); "
+             "Δ = ours − paper; "
+             "— = no run yet (see notes).", ""]
+    if replica:
+        lines += [f"> **Replica data.** {REPLICA_NOTE}", ""]
+    lines += [md_row(header), md_rule(len(header))]
+    notes = []
+    for r, row in enumerate(spec["rows"]):
+        entries = rows[r * ncol:(r + 1) * ncol]
+        method = row["method"] + (" (cited)" if row.get("cited") else "")
+        cells = [method] + [part for e in entries for part in (md_mark(paper_number(e["paper"], e["decimals"]),
+                                                                       e["paper_mark"]),
+                                                               md_mark(_ours(e), e["ours_mark"]), _diff(e))]
+        lines.append(md_row(cells))
+        notes += sorted({e["status"] for e in entries if e["status"] not in ("ours", "cited")})
+    if notes:
+        lines += ["", "Notes:"] + [f"- {n}" for n in dict.fromkeys(notes)]
+    return "\n".join(lines) + "\n"
+
+
+def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
+    ncol = len(spec["columns"])
+    groups = group_spans(spec["columns"], 3)  # paper, ours, Δ
+    caption = tex_escape(spec["caption"]) + (r" \emph{Replica data: ours is meaningless.}" if replica else "")
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{caption}}}",
+             r"\begin{tabular}{l" + "rrr" * ncol + "}", r"\toprule",
+             "Method & " + " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{tex_escape(g)}}}" for g, n in groups) + r" \\",
+             " & " + " & ".join(rf"\multicolumn{{3}}{{c}}{{{tex_escape(c['header'])}}}" for c in spec["columns"])
+             + r" \\",
+             " & " + " & ".join(["paper & ours & $\\Delta$"] * ncol) + r" \\", r"\midrule"]
+    for r, row in enumerate(spec["rows"]):
+        entries = rows[r * ncol:(r + 1) * ncol]
+        parts = [tex_escape(row["method"])]
+        for e in entries:
+            ours = "--" if e["ours"] is None else _ours(e, pm="$\\pm$")
+            parts += [tex_mark(paper_number(e["paper"], e["decimals"]), e["paper_mark"]),
+                      tex_mark(ours, e["ours_mark"]), _diff(e)]
+        lines.append(" & ".join(parts) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+@TABLE_KINDS.register("runs")
+class RunsTable(TableKind):
+    """A table of trained runs' metrics (see the module docstring)."""
+
+    records_spec_file = False
+
+    def check(self, spec: dict, where: str, schemas) -> None:
+        check_paper_counts(spec, where)
+        for r, row in enumerate(spec["rows"]):
+            if "run" in row:
+                validate(row["run"], schemas.partial_run, where, prefix=("rows", r, "run"))
+        for c, column in enumerate(spec["columns"]):
+            if "run" in column:
+                validate(column["run"], schemas.partial_run, where, prefix=("columns", c, "run"))
+
+    def plan(self, spec: dict, planner) -> KindPlan:
+        cells, runs = [], {}
+        where = spec.get("_file", f"{spec['paper']}/{spec['table']}")
+        for r, row in enumerate(spec["rows"]):
+            for c, column in enumerate(spec["columns"]):
+                cell = Cell(r, c, column["metric"])
+                cells.append(cell)
+                if row.get("cited"):
+                    cell.pending = "cited from other work"
+                    continue
+                cell.pending = planner.pending(column["setup"], row["loss"]["name"],
+                                               f"{where}: rows[{r}] ({row['method']}) x columns[{c}] ({column['key']})")
+                if cell.pending:
+                    continue
+                layers = [(f"{where}: columns[{c}].run", column.get("run", {})),
+                          (f"{where}: rows[{r}].loss", {"loss": row["loss"]}),
+                          (f"{where}: rows[{r}].run", row.get("run", {}))]
+                context = f" (cell {row['method']!r} x {column['key']})"
+                for seed in spec.get("seeds", [None]):
+                    run = planner.resolve(column["setup"], layers, seed, context)
+                    rid = run_id(run)
+                    runs[rid] = run
+                    cell.run_ids.append(rid)
+        return KindPlan([asdict(cell) for cell in cells], runs)
+
+    def render(self, table, runs_dir, out_prefix, manifests_dir=None) -> list[dict]:
+        spec, cells = table.spec, table.cells
+        values, replica = cell_values(cells, runs_dir, spec)
+        rows = table_rows(spec, cells, values)
+        write_outputs(out_prefix, to_markdown(spec, rows, replica), numbers_csv(rows, replica),
+                      to_latex(spec, rows, replica))
+        return rows
