@@ -49,7 +49,8 @@ from pathlib import Path
 import pandas as pd
 
 from rankrepro.data import archives, checksums, downloads, errors, sources
-from rankrepro.data.manifest import MANIFEST_CSV, META_JSON, Manifest, level_columns, read_manifest, write_manifest
+from rankrepro.data.manifest import (MANIFEST_CSV, META_JSON, Manifest, level_columns, path_leaves_root, read_manifest,
+                                     write_manifest)
 from rankrepro.io import atomic_write_json
 
 DOWNLOAD_RECORD = "download.json"
@@ -143,7 +144,9 @@ class Dataset:
 
     def read_table(self, root: Path) -> pd.DataFrame:
         """Manifest rows from the dataset's own files under ``root``: ``path`` (relative to
-        ``root``), ``split``, ``label`` and ``level_1 ...`` (integers, finest first)."""
+        ``root``), ``split``, ``label`` and ``level_1 ...`` (integers, finest first); optionally
+        ``origin``, where each row was read (``"<list file>, line <n>"``), for messages (not
+        written to the manifest)."""
         raise NotImplementedError
 
     def make_replica(self, out_dir: Path, **options) -> list[str]:
@@ -392,8 +395,9 @@ class Dataset:
     # -- checks ---------------------------------------------------------------------------------
 
     def check_table(self, table: pd.DataFrame, root: Path, replica: bool) -> None:
-        """The checks every manifest passes: disjoint splits, published counts (unless
-        ``replica``), every listed image present."""
+        """The checks every manifest passes: every path stays inside ``root``, disjoint splits,
+        published counts (unless ``replica``), every listed image present."""
+        self.check_paths(table, root)
         for a, b in self.disjoint:
             shared = set(table.loc[table.split == a, "label"]) & set(table.loc[table.split == b, "label"])
             if shared:
@@ -405,6 +409,20 @@ class Dataset:
         if missing:
             raise FileNotFoundError(f"{self.title}: {len(missing)} listed images are missing under {root}, "
                                     f"e.g. {', '.join(missing[:5])}")
+
+    def check_paths(self, table: pd.DataFrame, root: Path) -> None:
+        """Refuse a listed path that could leave ``root`` (absolute, or with ``..``: a tampered
+        list file would have training read, and the image cache write, any file); the error
+        names where the path was listed (``origin``, else the table row)."""
+        bad = [i for i, path in enumerate(table["path"]) if not isinstance(path, str) or path_leaves_root(path)]
+        if not bad:
+            return
+        i = bad[0]
+        origin = table["origin"].iat[i] if "origin" in table.columns else \
+            f"row {i} of the table read from {root} (split {table['split'].iat[i]!r})"
+        raise ValueError(f"{self.title}: {origin}: image path {table['path'].iat[i]!r} leaves the image root "
+                         f"{root} (absolute, or climbing out with '..'; {len(bad)} such paths in all); refusing "
+                         "it: fix the list file or use an unmodified copy of the dataset")
 
     def check_counts(self, table: pd.DataFrame) -> None:
         """Images and distinct labels per level, per split, must equal ``expected_counts``."""
