@@ -42,6 +42,7 @@ Nothing here imports torch: the planner reads :meth:`Dataset.facts` cheaply.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,7 +236,8 @@ class Dataset:
                     manual[f.name] = (expected, f.size)
                     continue
             else:
-                downloads.download(f.url, dest, expected)
+                with self._checksum_origin(f, lock, f"{folder.name}/{f.name}"):
+                    downloads.download(f.url, dest, expected)
             if expected:
                 checksums.record_verified(dest, expected)
             record[f.name] = {"checksum": expected, "size": dest.stat().st_size, "extract": f.extract,
@@ -264,6 +266,11 @@ class Dataset:
         """How to unpack a replica file that is not among :meth:`source_files` (e.g. a shard of a
         replica with other shard numbers); default: an error naming it."""
         raise ValueError(f"replica file {name!r} is not a source file of dataset {self.name!r}")
+
+    @staticmethod
+    def _checksum_origin(f: SourceFile, lock: checksums.ChecksumLock, key: str):
+        """Around a verification: a mismatch against a checksum from the lock file says so."""
+        return contextlib.nullcontext() if f.checksum or f.checksum_file else lock.explain(key)
 
     @staticmethod
     def expected_checksum(f: SourceFile, folder: Path, lock: checksums.ChecksumLock) -> str | None:
@@ -296,7 +303,7 @@ class Dataset:
             base = self.read_base(source, replica)
             table, root, unverified = self.derive(base), Path(base.meta["root"]), {}
         else:
-            root, unverified = self.locate_root(source, data_root)
+            root, unverified = self.locate_root(source, data_root, replica)
             table = self.read_table(root)
         self.check_table(table, root, replica)
         if not replica:
@@ -322,7 +329,8 @@ class Dataset:
                              "pass replica=True (--replica)")
         return base
 
-    def locate_root(self, source: str | Path, data_root: str | Path) -> tuple[Path, dict[str, Path]]:
+    def locate_root(self, source: str | Path, data_root: str | Path,
+                    replica: bool = False) -> tuple[Path, dict[str, Path]]:
         """The image root for ``source`` (see :meth:`prepare`), verifying and unpacking files first;
         and the files still without a checksum (``{lock key: path}``)."""
         source, unverified = Path(source), {}
@@ -332,7 +340,7 @@ class Dataset:
             unverified = self.unpack(source, data_root)
             source = self.extract_dir(data_root)
         elif source.is_file():
-            checksum = self.verify_archive(source)
+            checksum, unverified = self.verify_archive(source, data_root, replica)
             source = archives.extract(source, self.extract_dir(data_root), checksum=checksum)
         root = self.find_root(source)
         if root is None:
@@ -357,9 +365,11 @@ class Dataset:
                     record_path: Path) -> dict[str, Path]:
         """Re-verify one listed file and extract or link it; ``{lock key: path}`` when it has no checksum yet."""
         path, key = folder / name, f"{folder.name}/{name}"
-        checksum = entry.get("checksum") or lock.get(key)
+        recorded = lock.get(key)
+        checksum = entry.get("checksum") or recorded
         if checksum:
-            checksums.reverify(path, checksum)
+            with lock.explain(key) if checksum == recorded else contextlib.nullcontext():
+                checksums.reverify(path, checksum)
         elif not path.is_file():
             raise FileNotFoundError(f"{path} is listed in {record_path} but missing; download it again")
         if entry.get("extract", True):
@@ -377,20 +387,37 @@ class Dataset:
                 return root
         return None
 
-    def verify_archive(self, archive: Path) -> str:
-        """Re-verify a single ``archive`` before it is extracted (again); return its checksum.
+    def verify_archive(self, archive: Path, data_root: str | Path, replica: bool) -> tuple[str | None, dict]:
+        """Re-verify a single ``archive`` before it is extracted (again); return its checksum and,
+        when it has none yet, ``{lock key: archive}`` (recorded once the data passes its checks).
 
-        The expected checksum is the one it was verified against at download (its
-        ``.verified`` sidecar), else the one a generated replica states beside it
-        (``.sha256``), else the dataset's. It is hashed only when its size or mtime changed
-        since the last verification; a mismatch raises :class:`~rankrepro.data.errors.ChecksumError`.
+        The checksum it must match: the dataset's published one, else the one recorded in
+        ``checksums.lock.json``; none yet: trusted on first use like a download. Sidecars never
+        choose it (``.verified`` only spares the hash while it records that checksum for the
+        file's current size and mtime), except for a generated ``replica``: the checksum it was
+        verified against at download (``.verified``), else the one stated beside it
+        (``.sha256``), else the dataset's. A mismatch raises :class:`~rankrepro.data.errors.ChecksumError`.
         """
         files = self.source_files()
-        checksum = checksums.recorded_checksum(archive) or (files[0].checksum if len(files) == 1 else None)
-        if not checksum:
-            raise ValueError(f"dataset {self.name!r}: no checksum known for {archive}")
-        checksums.reverify(archive, checksum)
-        return checksum
+        if len(files) != 1 and not replica:
+            raise ValueError(f"dataset {self.name!r} has {len(files)} source files: prepare it from their "
+                             f"{DOWNLOAD_RECORD} (rankrepro download) or an extracted copy, not from {archive}")
+        published = files[0].checksum if len(files) == 1 else None
+        if replica:
+            checksum = checksums.recorded_checksum(archive) or published
+            if not checksum:
+                raise ValueError(f"dataset {self.name!r}: no checksum known for {archive} (a generated replica "
+                                 f"states it in {archive}{checksums.STATED_SUFFIX})")
+            checksums.reverify(archive, checksum)
+            return checksum, {}
+        lock = checksums.ChecksumLock(data_root)
+        key = f"{self.source_name}/{files[0].name}"
+        checksum = published or lock.get(key)
+        if checksum is None:
+            return None, {key: archive}
+        with self._checksum_origin(files[0], lock, key):
+            checksums.reverify(archive, checksum)
+        return checksum, {}
 
     # -- checks ---------------------------------------------------------------------------------
 
