@@ -148,11 +148,11 @@ def _empty(out_dir: Path) -> None:
 def _check_inside(manifest, out_dir: Path) -> None:
     """Refuse a manifest path whose cached copy would land outside ``out_dir`` (absolute, ``..``, or
     through a symlink leaving it): prepare refuses such paths, a hand-edited manifest may not."""
-    from rankrepro.data.manifest import path_leaves_root
+    from rankrepro.data.paths import leaves_root
 
     folder = out_dir.resolve()
     for index, rel in enumerate(manifest.table["path"]):
-        if not isinstance(rel, str) or path_leaves_root(rel) or not (folder / rel).resolve().is_relative_to(folder):
+        if not isinstance(rel, str) or leaves_root(rel) or not (folder / rel).resolve().is_relative_to(folder):
             raise ValueError(f"image path {rel!r} ({manifest.describe_row(index)}) would be cached outside "
                              f"{out_dir}; refusing to build the cache: prepare the manifest again from the dataset")
 

@@ -3,7 +3,7 @@
 A manifest is a directory holding ``manifest.csv`` and ``meta.json``.
 
 ``manifest.csv`` has one row per image with the columns ``path`` (relative to
-``meta["root"]`` and inside it: :func:`path_leaves_root`), ``split`` (``train``, ``test``, ``query``, ``gallery`` ...),
+``meta["root"]`` and inside it: :func:`rankrepro.data.paths.leaves_root`), ``split`` (``train``, ``test``, ``query``, ``gallery`` ...),
 ``label`` (the finest level, an integer) and, for hierarchical datasets, one
 integer column per coarser level: ``level_1`` ... ``level_L`` (finest first:
 ``label`` is level 0, ``level_1`` the next coarser one).
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,13 +29,6 @@ from rankrepro.io import atomic_write_text
 
 MANIFEST_CSV = "manifest.csv"
 META_JSON = "meta.json"
-
-
-def path_leaves_root(path: str) -> bool:
-    """True when the image path ``path`` (relative to an image root) could leave that root:
-    empty, absolute (``/x``, ``\\x``, ``C:x``) or holding a ``..`` component (either slash)."""
-    posix = PurePosixPath(path.replace("\\", "/"))
-    return (not path or posix.is_absolute() or ".." in posix.parts or bool(PureWindowsPath(path).drive))
 
 
 def level_columns(n_levels: int) -> list[str]:

@@ -50,8 +50,8 @@ from pathlib import Path
 import pandas as pd
 
 from rankrepro.data import archives, checksums, downloads, errors, sources
-from rankrepro.data.manifest import (MANIFEST_CSV, META_JSON, Manifest, level_columns, path_leaves_root, read_manifest,
-                                     write_manifest)
+from rankrepro.data.manifest import MANIFEST_CSV, META_JSON, Manifest, level_columns, read_manifest, write_manifest
+from rankrepro.data.paths import leaves_root
 from rankrepro.io import atomic_write_json
 
 DOWNLOAD_RECORD = "download.json"
@@ -441,7 +441,7 @@ class Dataset:
         """Refuse a listed path that could leave ``root`` (absolute, or with ``..``: a tampered
         list file would have training read, and the image cache write, any file); the error
         names where the path was listed (``origin``, else the table row)."""
-        bad = [i for i, path in enumerate(table["path"]) if not isinstance(path, str) or path_leaves_root(path)]
+        bad = [i for i, path in enumerate(table["path"]) if not isinstance(path, str) or leaves_root(path)]
         if not bad:
             return
         i = bad[0]
