@@ -13,6 +13,7 @@ import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
+from rankrepro.data.paths import leaves_root
 from rankrepro.io import atomic_write_json
 
 __all__ = ["EXTRACTED_MARKER", "extract", "is_extracted"]
@@ -32,10 +33,12 @@ def extract(archive: str | Path, dest_dir: str | Path, checksum: str | None = No
     for the same ``checksum`` (or any marker when ``checksum`` is None) means done.
 
     A marker for another checksum (a new download, a regenerated replica): the old
-    archive's members are removed first, then the new archive is extracted. Members that
-    would land outside ``dest_dir`` (absolute paths, ``..``, links) make it fail before
-    anything is written. A non-empty ``dest_dir`` that no archive was extracted into is
-    someone else's folder: refused.
+    archive's members are removed first (every path the marker lists must lie inside
+    ``dest_dir``, else nothing is removed: an edited marker deletes nothing outside), then
+    the new archive is extracted. Members that would land outside ``dest_dir`` (absolute
+    paths, ``..``, links, or a symlink already in the tree that leaves it) make it fail
+    before anything is written. A non-empty ``dest_dir`` that no archive was extracted into
+    is someone else's folder: refused.
     """
     archive, dest_dir = Path(archive), Path(dest_dir)
     marker = dest_dir / EXTRACTED_MARKER / archive.name
@@ -46,9 +49,11 @@ def extract(archive: str | Path, dest_dir: str | Path, checksum: str | None = No
         raise FileExistsError(f"{dest_dir} exists but was not extracted by rankrepro (no {EXTRACTED_MARKER}/); "
                               "remove it, or point to it as an already-extracted copy")
     names = _member_names(archive)
+    _check_targets(archive, dest_dir, names)
     if previous is not None:
+        members = _marked_members(marker, dest_dir, previous)
         marker.unlink()
-        _remove_members(dest_dir, previous.get("members", []))
+        _remove_members(dest_dir, members)
     (dest_dir / EXTRACTED_MARKER).mkdir(parents=True, exist_ok=True)  # the tree is ours from now on
     _extract_into(archive, dest_dir)
     atomic_write_json(marker, {"archive": archive.name, "checksum": checksum, "members": names})
@@ -67,6 +72,39 @@ def _read_marker(marker: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
+
+
+def _leaving_link(dest_dir: Path, name: str, *, last: bool) -> Path | None:
+    """The first symlink on the way to ``dest_dir/name`` (the last component too when ``last``)
+    whose target lies outside ``dest_dir``; None when there is none."""
+    root, path = dest_dir.resolve(), dest_dir
+    parts = PurePosixPath(name).parts
+    for part in parts if last else parts[:-1]:
+        path = path / part
+        if path.is_symlink() and not path.resolve().is_relative_to(root):
+            return path
+    return None
+
+
+def _check_targets(archive: Path, dest_dir: Path, names: list[str]) -> None:
+    """Refuse members that would be written through a symlink in the tree that leaves it."""
+    for name in names:
+        link = _leaving_link(dest_dir, name, last=True)
+        if link is not None:
+            raise ValueError(f"refusing to extract {archive}: member {name!r} would be written through the symlink "
+                             f"{link} -> {link.resolve()}, which leaves {dest_dir}; remove that symlink (or the "
+                             "whole tree) and prepare again")
+
+
+def _marked_members(marker: Path, dest_dir: Path, record: dict) -> list[str]:
+    """The member paths a marker lists, checked before anything is deleted: each a relative path
+    inside ``dest_dir`` (no ``..``, no symlink leaving the tree on the way)."""
+    members = record.get("members", [])
+    for name in members if isinstance(members, list) else [members]:
+        if not isinstance(name, str) or leaves_root(name) or _leaving_link(dest_dir, name, last=False) is not None:
+            raise ValueError(f"{marker}: listed member {name!r} lies outside {dest_dir} (the marker was edited or is "
+                             f"corrupt); nothing was deleted: delete {dest_dir} and prepare again")
+    return members
 
 
 def _remove_members(dest_dir: Path, members: list[str]) -> None:
@@ -120,6 +158,6 @@ def _extract_into(archive: Path, directory: Path) -> None:
 def _check_members(archive: Path, names: list[str]) -> None:
     """Refuse member names that are absolute or climb out with ``..``."""
     for name in names:
-        parts = PurePosixPath(name.replace("\\", "/")).parts
-        if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
+        if leaves_root(name):
             raise ValueError(f"refusing to extract {archive}: member {name!r} would escape the destination")
+

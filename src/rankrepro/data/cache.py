@@ -145,6 +145,18 @@ def _empty(out_dir: Path) -> None:
             entry.unlink()
 
 
+def _check_inside(manifest, out_dir: Path) -> None:
+    """Refuse a manifest path whose cached copy would land outside ``out_dir`` (absolute, ``..``, or
+    through a symlink leaving it): prepare refuses such paths, a hand-edited manifest may not."""
+    from rankrepro.data.paths import leaves_root
+
+    folder = out_dir.resolve()
+    for index, rel in enumerate(manifest.table["path"]):
+        if not isinstance(rel, str) or leaves_root(rel) or not (folder / rel).resolve().is_relative_to(folder):
+            raise ValueError(f"image path {rel!r} ({manifest.describe_row(index)}) would be cached outside "
+                             f"{out_dir}; refusing to build the cache: prepare the manifest again from the dataset")
+
+
 def build_cache(manifest_dir: str | Path, size: int, out_dir: str | Path, *, quality: int = QUALITY,
                 workers: int = 1, progress: bool = False) -> dict:
     """Write the cache of ``manifest_dir``'s images at shorter side ``size`` into ``out_dir``; return
@@ -156,6 +168,8 @@ def build_cache(manifest_dir: str | Path, size: int, out_dir: str | Path, *, qua
         raise ValueError(f"cache size must be a positive integer, got {size}")
     out_dir = Path(out_dir)
     settings = cache_settings(manifest_dir, size, quality)
+    manifest = read_manifest(manifest_dir)
+    _check_inside(manifest, out_dir)  # before anything is written
     record = read_record(out_dir)
     if _matches(record, settings):
         return record
@@ -172,7 +186,6 @@ def build_cache(manifest_dir: str | Path, size: int, out_dir: str | Path, *, qua
                 tmp.unlink()
     atomic_write_json(out_dir / PARTIAL_JSON, settings)
 
-    manifest = read_manifest(manifest_dir)
     relative = list(dict.fromkeys(manifest.table["path"]))
     tasks = [(str(manifest.root / rel), str(out_dir / rel), int(size), int(quality))
              for rel in relative if not (out_dir / rel).is_file()]

@@ -4,8 +4,11 @@ A *checksum* is a string ``"<algo>:<hex digest>"`` with ``algo`` in ``md5`` or `
 
 A verified file may get a ``<file>.verified`` sidecar (``{"checksum", "size", "mtime_ns"}``,
 :func:`record_verified`); :func:`reverify` checks the file again before it is used again, hashing
-it only when its size or mtime changed. Files nobody publishes a checksum for get one recorded on
-first use in ``<data_root>/checksums.lock.json`` (:class:`ChecksumLock`).
+it only when its size or mtime changed. A sidecar is only a cache of a verification already done:
+it never decides *which* checksum a file must match (the published one, or the one recorded in the
+lock file, always does; only a generated replica states its own, :func:`stated_checksum`). Files
+nobody publishes a checksum for get one recorded on first use in ``<data_root>/checksums.lock.json``
+(:class:`ChecksumLock`).
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ from pathlib import Path
 from rankrepro.data.errors import ChecksumError
 from rankrepro.io import atomic_write_json
 
-__all__ = ["ALGOS", "VERIFIED_SUFFIX", "parse_checksum", "file_digest", "verify", "record_verified", "is_verified",
-           "recorded_checksum", "reverify", "file_lock", "ChecksumLock"]
+__all__ = ["ALGOS", "VERIFIED_SUFFIX", "STATED_SUFFIX", "parse_checksum", "file_digest", "verify", "record_verified",
+           "is_verified", "stated_checksum", "recorded_checksum", "reverify", "file_lock", "ChecksumLock"]
 
 
 ALGOS = ("md5", "sha256")
 VERIFIED_SUFFIX = ".verified"
+STATED_SUFFIX = ".sha256"  # a generated replica's checksum, beside the file
 
 
 def parse_checksum(checksum: str) -> tuple[str, str]:
@@ -76,14 +80,28 @@ def is_verified(path: str | Path, checksum: str) -> bool:
         (checksum, stat.st_size, stat.st_mtime_ns)
 
 
+def stated_checksum(path: str | Path) -> str | None:
+    """The checksum a generated replica states beside ``path`` in ``<path>.sha256``: ``sha256:<hex>``
+    or ``sha256sum``'s ``<hex>  <name>``; None when there is no such file. Anything else is a
+    ``ValueError`` naming the file."""
+    stated = Path(f"{path}{STATED_SUFFIX}")
+    if not stated.is_file():
+        return None
+    text = stated.read_text().strip()
+    fields = text.split()
+    digest = fields[0].lower().removeprefix("sha256:") if fields else ""
+    name = fields[1].lstrip("*") if len(fields) == 2 else Path(path).name
+    if len(fields) not in (1, 2) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest) \
+            or name != Path(path).name:
+        raise ValueError(f"{stated}: expected 'sha256:<hex>' or sha256sum's '<hex>  {Path(path).name}', got "
+                         f"{text[:100]!r}; fix or delete it")
+    return f"sha256:{digest}"
+
+
 def recorded_checksum(path: str | Path) -> str | None:
-    """The checksum ``path`` was last verified against (``<path>.verified``), else the one a
-    generated replica states beside it (``<path>.sha256``), else None."""
-    checksum = _read_sidecar(path).get("checksum")
-    if checksum:
-        return checksum
-    stated = Path(f"{path}.sha256")
-    return stated.read_text().strip() if stated.is_file() else None
+    """For a generated replica: the checksum ``path`` was last verified against
+    (``<path>.verified``), else the one stated beside it (:func:`stated_checksum`), else None."""
+    return _read_sidecar(path).get("checksum") or stated_checksum(path)
 
 
 def reverify(path: str | Path, checksum: str) -> Path:
@@ -136,16 +154,41 @@ class ChecksumLock:
         self.path = Path(data_root) / self.FILE
 
     def read(self) -> dict:
+        """The entries, checked: a JSON object whose every entry is a record with a valid
+        ``checksum``; anything else is a ``ValueError`` naming the file and the key (a broken
+        entry must not pass for "nothing recorded yet", which would turn verification off)."""
         try:
-            return json.loads(self.path.read_text())
+            data = json.loads(self.path.read_text())
         except FileNotFoundError:
             return {}
         except ValueError as err:
             raise ValueError(f"{self.path} is not valid JSON ({err}); fix or delete it") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{self.path} is not a JSON object of '<source>/<file>': {{\"checksum\": ...}} "
+                             f"entries (it holds a {type(data).__name__}); fix or delete it")
+        for key, entry in data.items():
+            try:
+                parse_checksum(entry["checksum"])
+            except (TypeError, KeyError, ValueError, AttributeError):
+                raise ValueError(f"{self.path}: entry {key!r} is not a record with a checksum "
+                                 f"('md5:<hex>' or 'sha256:<hex>'), got {entry!r}; fix it, or delete the entry to "
+                                 "record the file's checksum again on its next prepare") from None
+        return data
 
     def get(self, key: str) -> str | None:
+        """The checksum recorded for ``key``; None when none is."""
         entry = self.read().get(key)
-        return entry.get("checksum") if isinstance(entry, dict) else None
+        return None if entry is None else entry["checksum"]
+
+    @contextmanager
+    def explain(self, key: str):
+        """A :class:`ChecksumError` raised inside says that its expected checksum is the one recorded here."""
+        try:
+            yield
+        except ChecksumError as err:
+            raise ChecksumError(f"{err}. The expected checksum is the one {self.path} recorded for {key!r} the "
+                                "first time this file's data passed the dataset's checks; if the new file is "
+                                "right, delete that entry to record it again") from None
 
     def record(self, entries: dict[str, Path]) -> None:
         """Record the sha256 of each ``{key: file}`` not recorded yet (an entry is never replaced)."""

@@ -1,9 +1,11 @@
 """Verified downloads (http, https, file URLs).
 
 A download is complete only once its checksum matches (:mod:`rankrepro.data.checksums`); until
-then it lives in ``<dest>.part`` and nothing exists at ``dest``. Transient failures are retried
-with backoff (honouring Retry-After); what outlives the retries is a
-:class:`~rankrepro.data.errors.DownloadError`.
+then it lives in ``<dest>.part`` and nothing exists at ``dest``. Every byte received is kept: a
+dropped connection resumes from the end of ``<dest>.part`` (HTTP Range). Transient failures are
+retried with backoff (honouring Retry-After); what outlives the retries is a
+:class:`~rankrepro.data.errors.DownloadError`. Processes downloading the same ``dest`` take turns
+on an exclusive ``flock`` of ``<dest>.part``; one that waited finds ``dest`` complete and returns it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 import requests
+import urllib3
 from tqdm import tqdm
 
 from rankrepro import __version__
@@ -66,52 +69,89 @@ def download(
     """Download ``url`` (http, https or file) to ``dest`` and verify ``checksum``.
 
     Returns at once when ``dest`` already matches. The body goes to ``<dest>.part``,
-    resumed with an HTTP Range request when that file exists; transient failures
-    (connection errors, truncated bodies, 5xx, 429) are retried ``retries`` times.
-    ``dest`` appears, by rename, only once the checksum matches.
+    resumed with an HTTP Range request from every byte already received (a killed job, a
+    dropped connection); transient failures (connection errors, truncated bodies, 5xx,
+    429) are retried ``retries`` times. ``dest`` appears, by rename, only once the
+    checksum matches. Another process downloading the same ``dest`` waits for this one
+    (a lock on ``<dest>.part``) and then returns the finished ``dest``.
 
     ``checksum`` None: nobody publishes one. The body is complete when it has the
     length the server stated; the caller records its sha256 once the data is verified
     otherwise (:class:`ChecksumLock`, trust on first use). An existing ``dest`` is kept.
     """
     dest = Path(dest)
-    if checksum is None:
-        if dest.is_file():
-            return dest
-        algo = expected = None
-    else:
-        algo, expected = checksums.parse_checksum(checksum)
-        if dest.is_file() and checksums.file_digest(dest, algo) == expected:
-            return dest
+    algo, expected = (None, None) if checksum is None else checksums.parse_checksum(checksum)
+    if _complete(dest, algo, expected):
+        return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
+    with _exclusive(part):
+        if _complete(dest, algo, expected):  # another process finished it while this one waited
+            _remove_if_empty(part)
+            return dest
+        try:
+            _fetch_with_retries(url, part, retries, timeout, chunk_size, progress)
+        except DownloadError:
+            _remove_if_empty(part)
+            raise
+        hint = _html_hint(part)
+        if checksum is None:
+            if hint:
+                part.unlink()
+                raise DownloadError(f"{url} gave an HTML page, not the file{hint}")
+            os.replace(part, dest)
+            return dest
+        actual = checksums.file_digest(part, algo)
+        if actual != expected:
+            part.unlink()
+            raise ChecksumError(
+                f"checksum mismatch for {dest} from {url}: expected {algo}:{expected}, got {algo}:{actual}{hint}"
+            )
+        os.replace(part, dest)
+    return dest
+
+
+def _complete(dest: Path, algo: str | None, expected: str | None) -> bool:
+    """``dest`` is there and matches (any ``dest`` when no checksum is known: it is kept)."""
+    return dest.is_file() and (algo is None or checksums.file_digest(dest, algo) == expected)
+
+
+def _remove_if_empty(part: Path) -> None:
+    if part.is_file() and part.stat().st_size == 0:
+        part.unlink()
+
+
+@contextmanager
+def _exclusive(part: Path):
+    """Hold an exclusive ``flock`` on ``part`` (created if absent), the file at that path when the
+    lock is granted: a waiter whose file was renamed to ``dest`` or removed meanwhile tries again."""
+    import fcntl
+
+    while True:
+        with open(part, "ab") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                current = os.path.samestat(os.fstat(f.fileno()), os.stat(part))
+            except FileNotFoundError:
+                current = False
+            if current:
+                yield
+                return
+
+
+def _fetch_with_retries(url: str, part: Path, retries: int, timeout: float, chunk_size: int, progress: bool) -> None:
+    """Bring ``part`` to the whole body, retrying transient failures with backoff."""
     opener = _open_file if urlparse(url).scheme == "file" else _open_http
     for attempt in range(retries + 1):
         try:
             _fetch(opener, url, part, timeout, chunk_size, progress)
-            break
+            return
         except _Retryable as err:
             if err.restart:
-                part.unlink(missing_ok=True)
+                os.truncate(part, 0)  # the same file (others wait on its lock), emptied
             if attempt == retries:
                 raise DownloadError(f"could not download {url} after {retries + 1} attempts: {err}") from None
             time.sleep(err.wait if err.wait is not None else BACKOFF_S * 2**attempt)
-    if checksum is None:
-        hint = _html_hint(part)
-        if hint:
-            part.unlink()
-            raise DownloadError(f"{url} gave an HTML page, not the file{hint}")
-        os.replace(part, dest)
-        return dest
-    actual = checksums.file_digest(part, algo)
-    if actual != expected:
-        hint = _html_hint(part)
-        part.unlink()
-        raise ChecksumError(
-            f"checksum mismatch for {dest} from {url}: expected {algo}:{expected}, got {algo}:{actual}{hint}"
-        )
-    os.replace(part, dest)
-    return dest
 
 
 def _fetch(opener, url: str, part: Path, timeout: float, chunk_size: int, progress: bool) -> None:
@@ -126,7 +166,8 @@ def _fetch(opener, url: str, part: Path, timeout: float, chunk_size: int, progre
                 for chunk in body.chunks:
                     f.write(chunk)
                     bar.update(len(chunk))
-            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as err:
+            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
+                    urllib3.exceptions.HTTPError) as err:
                 broken = err
     size = part.stat().st_size
     if body.total is not None and size != body.total:
@@ -158,7 +199,14 @@ def _open_http(url: str, offset: int, timeout: float, chunk_size: int):
         if status == 206 and start != offset:
             raise _Retryable(f"server sent a range from byte {start}, asked {offset}", wait=0, restart=True)
         total = None if length is None else start + length
-        yield _Body(resp.iter_content(chunk_size), start, total)
+        yield _Body(_pieces(resp.raw, chunk_size), start, total)
+
+
+def _pieces(raw: urllib3.HTTPResponse, size: int) -> Iterator[bytes]:
+    """The body as it arrives, at most ``size`` bytes a piece (``read1``): a connection dropped in
+    the middle of a piece loses none of the bytes already received."""
+    while piece := raw.read1(size, decode_content=True):
+        yield piece
 
 
 @contextmanager

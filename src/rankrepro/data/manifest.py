@@ -3,7 +3,7 @@
 A manifest is a directory holding ``manifest.csv`` and ``meta.json``.
 
 ``manifest.csv`` has one row per image with the columns ``path`` (relative to
-``meta["root"]``), ``split`` (``train``, ``test``, ``query``, ``gallery`` ...),
+``meta["root"]`` and inside it: :func:`rankrepro.data.paths.leaves_root`), ``split`` (``train``, ``test``, ``query``, ``gallery`` ...),
 ``label`` (the finest level, an integer) and, for hierarchical datasets, one
 integer column per coarser level: ``level_1`` ... ``level_L`` (finest first:
 ``label`` is level 0, ``level_1`` the next coarser one).

@@ -42,6 +42,7 @@ Nothing here imports torch: the planner reads :meth:`Dataset.facts` cheaply.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,7 @@ import pandas as pd
 
 from rankrepro.data import archives, checksums, downloads, errors, sources
 from rankrepro.data.manifest import MANIFEST_CSV, META_JSON, Manifest, level_columns, read_manifest, write_manifest
+from rankrepro.data.paths import leaves_root
 from rankrepro.io import atomic_write_json
 
 DOWNLOAD_RECORD = "download.json"
@@ -143,7 +145,9 @@ class Dataset:
 
     def read_table(self, root: Path) -> pd.DataFrame:
         """Manifest rows from the dataset's own files under ``root``: ``path`` (relative to
-        ``root``), ``split``, ``label`` and ``level_1 ...`` (integers, finest first)."""
+        ``root``), ``split``, ``label`` and ``level_1 ...`` (integers, finest first); optionally
+        ``origin``, where each row was read (``"<list file>, line <n>"``), for messages (not
+        written to the manifest)."""
         raise NotImplementedError
 
     def make_replica(self, out_dir: Path, **options) -> list[str]:
@@ -232,7 +236,8 @@ class Dataset:
                     manual[f.name] = (expected, f.size)
                     continue
             else:
-                downloads.download(f.url, dest, expected)
+                with self._checksum_origin(f, lock, f"{folder.name}/{f.name}"):
+                    downloads.download(f.url, dest, expected)
             if expected:
                 checksums.record_verified(dest, expected)
             record[f.name] = {"checksum": expected, "size": dest.stat().st_size, "extract": f.extract,
@@ -261,6 +266,11 @@ class Dataset:
         """How to unpack a replica file that is not among :meth:`source_files` (e.g. a shard of a
         replica with other shard numbers); default: an error naming it."""
         raise ValueError(f"replica file {name!r} is not a source file of dataset {self.name!r}")
+
+    @staticmethod
+    def _checksum_origin(f: SourceFile, lock: checksums.ChecksumLock, key: str):
+        """Around a verification: a mismatch against a checksum from the lock file says so."""
+        return contextlib.nullcontext() if f.checksum or f.checksum_file else lock.explain(key)
 
     @staticmethod
     def expected_checksum(f: SourceFile, folder: Path, lock: checksums.ChecksumLock) -> str | None:
@@ -293,7 +303,7 @@ class Dataset:
             base = self.read_base(source, replica)
             table, root, unverified = self.derive(base), Path(base.meta["root"]), {}
         else:
-            root, unverified = self.locate_root(source, data_root)
+            root, unverified = self.locate_root(source, data_root, replica)
             table = self.read_table(root)
         self.check_table(table, root, replica)
         if not replica:
@@ -319,7 +329,8 @@ class Dataset:
                              "pass replica=True (--replica)")
         return base
 
-    def locate_root(self, source: str | Path, data_root: str | Path) -> tuple[Path, dict[str, Path]]:
+    def locate_root(self, source: str | Path, data_root: str | Path,
+                    replica: bool = False) -> tuple[Path, dict[str, Path]]:
         """The image root for ``source`` (see :meth:`prepare`), verifying and unpacking files first;
         and the files still without a checksum (``{lock key: path}``)."""
         source, unverified = Path(source), {}
@@ -329,7 +340,7 @@ class Dataset:
             unverified = self.unpack(source, data_root)
             source = self.extract_dir(data_root)
         elif source.is_file():
-            checksum = self.verify_archive(source)
+            checksum, unverified = self.verify_archive(source, data_root, replica)
             source = archives.extract(source, self.extract_dir(data_root), checksum=checksum)
         root = self.find_root(source)
         if root is None:
@@ -354,9 +365,11 @@ class Dataset:
                     record_path: Path) -> dict[str, Path]:
         """Re-verify one listed file and extract or link it; ``{lock key: path}`` when it has no checksum yet."""
         path, key = folder / name, f"{folder.name}/{name}"
-        checksum = entry.get("checksum") or lock.get(key)
+        recorded = lock.get(key)
+        checksum = entry.get("checksum") or recorded
         if checksum:
-            checksums.reverify(path, checksum)
+            with lock.explain(key) if checksum == recorded else contextlib.nullcontext():
+                checksums.reverify(path, checksum)
         elif not path.is_file():
             raise FileNotFoundError(f"{path} is listed in {record_path} but missing; download it again")
         if entry.get("extract", True):
@@ -374,26 +387,44 @@ class Dataset:
                 return root
         return None
 
-    def verify_archive(self, archive: Path) -> str:
-        """Re-verify a single ``archive`` before it is extracted (again); return its checksum.
+    def verify_archive(self, archive: Path, data_root: str | Path, replica: bool) -> tuple[str | None, dict]:
+        """Re-verify a single ``archive`` before it is extracted (again); return its checksum and,
+        when it has none yet, ``{lock key: archive}`` (recorded once the data passes its checks).
 
-        The expected checksum is the one it was verified against at download (its
-        ``.verified`` sidecar), else the one a generated replica states beside it
-        (``.sha256``), else the dataset's. It is hashed only when its size or mtime changed
-        since the last verification; a mismatch raises :class:`~rankrepro.data.errors.ChecksumError`.
+        The checksum it must match: the dataset's published one, else the one recorded in
+        ``checksums.lock.json``; none yet: trusted on first use like a download. Sidecars never
+        choose it (``.verified`` only spares the hash while it records that checksum for the
+        file's current size and mtime), except for a generated ``replica``: the checksum it was
+        verified against at download (``.verified``), else the one stated beside it
+        (``.sha256``), else the dataset's. A mismatch raises :class:`~rankrepro.data.errors.ChecksumError`.
         """
         files = self.source_files()
-        checksum = checksums.recorded_checksum(archive) or (files[0].checksum if len(files) == 1 else None)
-        if not checksum:
-            raise ValueError(f"dataset {self.name!r}: no checksum known for {archive}")
-        checksums.reverify(archive, checksum)
-        return checksum
+        if len(files) != 1 and not replica:
+            raise ValueError(f"dataset {self.name!r} has {len(files)} source files: prepare it from their "
+                             f"{DOWNLOAD_RECORD} (rankrepro download) or an extracted copy, not from {archive}")
+        published = files[0].checksum if len(files) == 1 else None
+        if replica:
+            checksum = checksums.recorded_checksum(archive) or published
+            if not checksum:
+                raise ValueError(f"dataset {self.name!r}: no checksum known for {archive} (a generated replica "
+                                 f"states it in {archive}{checksums.STATED_SUFFIX})")
+            checksums.reverify(archive, checksum)
+            return checksum, {}
+        lock = checksums.ChecksumLock(data_root)
+        key = f"{self.source_name}/{files[0].name}"
+        checksum = published or lock.get(key)
+        if checksum is None:
+            return None, {key: archive}
+        with self._checksum_origin(files[0], lock, key):
+            checksums.reverify(archive, checksum)
+        return checksum, {}
 
     # -- checks ---------------------------------------------------------------------------------
 
     def check_table(self, table: pd.DataFrame, root: Path, replica: bool) -> None:
-        """The checks every manifest passes: disjoint splits, published counts (unless
-        ``replica``), every listed image present."""
+        """The checks every manifest passes: every path stays inside ``root``, disjoint splits,
+        published counts (unless ``replica``), every listed image present."""
+        self.check_paths(table, root)
         for a, b in self.disjoint:
             shared = set(table.loc[table.split == a, "label"]) & set(table.loc[table.split == b, "label"])
             if shared:
@@ -405,6 +436,20 @@ class Dataset:
         if missing:
             raise FileNotFoundError(f"{self.title}: {len(missing)} listed images are missing under {root}, "
                                     f"e.g. {', '.join(missing[:5])}")
+
+    def check_paths(self, table: pd.DataFrame, root: Path) -> None:
+        """Refuse a listed path that could leave ``root`` (absolute, or with ``..``: a tampered
+        list file would have training read, and the image cache write, any file); the error
+        names where the path was listed (``origin``, else the table row)."""
+        bad = [i for i, path in enumerate(table["path"]) if not isinstance(path, str) or leaves_root(path)]
+        if not bad:
+            return
+        i = bad[0]
+        origin = table["origin"].iat[i] if "origin" in table.columns else \
+            f"row {i} of the table read from {root} (split {table['split'].iat[i]!r})"
+        raise ValueError(f"{self.title}: {origin}: image path {table['path'].iat[i]!r} leaves the image root "
+                         f"{root} (absolute, or climbing out with '..'; {len(bad)} such paths in all); refusing "
+                         "it: fix the list file or use an unmodified copy of the dataset")
 
     def check_counts(self, table: pd.DataFrame) -> None:
         """Images and distinct labels per level, per split, must equal ``expected_counts``."""

@@ -97,7 +97,7 @@ class SOP(Dataset):
 
 
 def read_split(root: Path, split: str) -> pd.DataFrame:
-    """One split file as manifest rows: ``path, split, label, level_1``."""
+    """One split file as manifest rows: ``path, split, label, level_1`` (and ``origin``: file, line)."""
     file = root / SPLIT_FILES[split]
     rows = pd.read_csv(file, sep=r"\s+", dtype={"path": str})
     if list(rows.columns) != HEADER:
@@ -107,6 +107,7 @@ def read_split(root: Path, split: str) -> pd.DataFrame:
         "split": split,
         "label": rows["class_id"].astype("int64"),
         "level_1": rows["super_class_id"].astype("int64"),
+        "origin": [f"{file}, line {n}" for n in range(2, len(rows) + 2)],
     })
 
 
