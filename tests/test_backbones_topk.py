@@ -214,7 +214,7 @@ def test_a_table1_setup_trains_densenet201_on_cpu(tmp_path):
     seed_everything(run["seed"])
     initial = build_model(run["model"]).state_dict()
     trained = torch.load(train(run, manifest, tmp_path / "run", run_id="t", progress=False),
-                         weights_only=False)["state_dict"]
+                         weights_only=True)["state_dict"]
     assert not torch.equal(initial["backbone.features.conv0.weight"], trained["backbone.features.conv0.weight"])
     header, row = (tmp_path / "run" / "history.csv").read_text().splitlines()
     history = dict(zip(header.split(","), row.split(",")))

@@ -37,7 +37,7 @@ def _stop_after_first_epoch(epoch):
 
 
 def _weights(path):
-    return torch.load(path, weights_only=False)["state_dict"]
+    return torch.load(path, weights_only=True)["state_dict"]
 
 
 def test_resume_after_an_interruption_is_exact(tmp_path, manifest_dir):
@@ -112,7 +112,7 @@ def test_nan_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(tmp_path, ma
     monkeypatch.setattr(train_module.losses, "build", lambda **_: ExplodingLoss(batches))
     with pytest.raises(NonFiniteLossError, match=r"loss became nan at epoch 2.*checkpoint"):
         train(run, manifest_dir, tmp_path, run_id="n", progress=False)
-    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert state["epoch"] == 0 and not (tmp_path / "model.pt").exists()
 
 
@@ -182,3 +182,66 @@ def test_a_batch_trains_each_run_as_its_own_job_would(tmp_path, manifest_dir):
         assert {p.name for p in folder.iterdir()} >= {"model.pt", "history.csv", "metrics.json", "curve.png"}
         assert json.loads((folder / "metrics.json").read_text())["metrics"] == singles[k]
     assert singles[0] != singles[1]  # the seeds matter, so the comparison can fail
+
+
+class WritesMarker:
+    """Pickles as a call of ``exec`` that writes ``marker``: what a crafted torch file runs when
+    it is loaded with ``weights_only=False``."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').write('ran')",)
+
+
+def test_a_crafted_checkpoint_is_refused_without_running_its_code(tmp_path, manifest_dir):
+    marker = tmp_path / "marker"
+    torch.save({"run_id": "c", "epoch": 0, "rng": WritesMarker(marker)}, tmp_path / "checkpoint.pt")
+    with pytest.raises(RuntimeError, match=r"checkpoint\.pt.*refused.*remove it"):
+        train(tiny_run(), manifest_dir, tmp_path, run_id="c", progress=False)
+    assert not marker.exists() and (tmp_path / "checkpoint.pt").exists()
+
+
+def test_a_crafted_model_is_refused_without_running_its_code(tmp_path, manifest_dir):
+    marker = tmp_path / "marker"
+    torch.save({"run_id": "m", "model_cfg": WritesMarker(marker), "state_dict": {}}, tmp_path / "model.pt")
+    with pytest.raises(RuntimeError, match=r"model\.pt.*refused.*retrain"):
+        evaluate(tiny_run(), manifest_dir, tmp_path / "model.pt", tmp_path / "metrics.json", progress=False)
+    assert not marker.exists() and not (tmp_path / "metrics.json").exists()
+
+
+def test_an_old_format_checkpoint_is_refused_with_what_to_do(tmp_path, manifest_dir):
+    import numpy as np
+
+    torch.save({"run_id": "o", "epoch": 0, "rng": {"numpy": np.random.get_state()}}, tmp_path / "checkpoint.pt")
+    with pytest.raises(RuntimeError, match=r"checkpoint\.pt.*remove it to restart the run from scratch"):
+        train(tiny_run(), manifest_dir, tmp_path, run_id="o", progress=False)
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_a_truncated_checkpoint_is_moved_aside_and_the_run_starts_over(tmp_path, manifest_dir, capsys):
+    run = tiny_run()
+    straight = train(run, manifest_dir, tmp_path / "a", run_id="t", progress=False)
+    with pytest.raises(Interrupt):
+        train(run, manifest_dir, tmp_path / "b", run_id="t", progress=False, on_epoch_end=_stop_after_first_epoch)
+    _truncate(tmp_path / "b" / "checkpoint.pt")
+    capsys.readouterr()
+    restarted = train(run, manifest_dir, tmp_path / "b", run_id="t", progress=False)
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'b' / 'checkpoint.pt'}" in err and "checkpoint.pt.corrupt" in err and "starts over" in err
+    assert (tmp_path / "b" / "checkpoint.pt.corrupt").exists() and not (tmp_path / "b" / "checkpoint.pt").exists()
+    a, b = _weights(straight), _weights(restarted)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_truncated_model_names_the_file_and_says_to_retrain(tmp_path, manifest_dir):
+    run = tiny_run(epochs=1)
+    model = train(run, manifest_dir, tmp_path, run_id="x", progress=False)
+    _truncate(model)
+    with pytest.raises(RuntimeError, match=r"model\.pt.*cannot be read.*retrain"):
+        evaluate(run, manifest_dir, model, tmp_path / "metrics.json", run_id="x", progress=False)

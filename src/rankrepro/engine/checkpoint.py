@@ -1,26 +1,49 @@
-"""Full-state checkpoints: model, optimizer, scheduler, scaler, loss, RNG states, history."""
+"""Full-state checkpoints: model, optimizer, scheduler, scaler, loss, RNG states, history.
+
+A checkpoint holds tensors and plain Python data only (the numpy RNG state as a tuple of plain
+values, not an array), so it is read with :func:`rankrepro.torchfile.load_plain`: a crafted
+``checkpoint.pt`` is refused without running anything, and so is one written in the format of an
+older rankrepro (numpy arrays in its RNG state); either must be removed to restart the run from
+scratch. A file that cannot be read at all (truncated) is moved aside to
+``checkpoint.pt.corrupt`` with a warning, and the run starts over.
+"""
 
 from __future__ import annotations
 
+import os
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from rankrepro.io import atomic_path
+from rankrepro.torchfile import TorchFileError, UnreadableTorchFileError, load_plain
+
+#: the keys :func:`save_checkpoint`'s callers store (train.py), ``rng`` added by it
+CHECKPOINT_KEYS = frozenset({"run_id", "epoch", "model", "criterion", "optimizer", "scheduler", "scaler",
+                             "history", "rng"})
+RESTART = "remove it to restart the run from scratch"
 
 
 def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Python's, numpy's (legacy ``MT19937`` tuple, its key as a list of ints), torch's and (when
+    present) every CUDA device's RNG state, as tensors and plain data."""
+    name, key, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+    state = {"python": random.getstate(),
+             "numpy": (str(name), key.tolist(), int(pos), int(has_gauss), float(cached_gaussian)),
+             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state: dict) -> None:
+    """Restore the RNG states :func:`rng_state` returned."""
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, key, pos, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state((name, np.asarray(key, dtype=np.uint32), pos, has_gauss, cached_gaussian))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -33,7 +56,23 @@ def save_checkpoint(path: str | Path, **state) -> None:
 
 
 def load_checkpoint(path: str | Path) -> dict | None:
+    """The state :func:`save_checkpoint` wrote to ``path``; None when there is none, or when the
+    file cannot be read (truncated): it is then moved to ``<path>.corrupt`` with a warning on
+    stderr, and the run starts over. A file holding anything but tensors and plain data, or not
+    a checkpoint's keys, raises :class:`~rankrepro.torchfile.TorchFileError` (naming it)."""
     path = Path(path)
     if not path.exists():
         return None
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        state = load_plain(path, remedy=RESTART)
+    except UnreadableTorchFileError as err:
+        aside = path.with_name(path.name + ".corrupt")
+        os.replace(path, aside)
+        print(f"warning: {path}: {err.reason}; moved it to {aside}: the run starts over from epoch 1",
+              file=sys.stderr)
+        return None
+    if not isinstance(state, dict) or not CHECKPOINT_KEYS <= state.keys():
+        keys = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise TorchFileError(path, f"not a checkpoint of this version (keys {keys}; expected "
+                                   f"{sorted(CHECKPOINT_KEYS)})", RESTART)
+    return state

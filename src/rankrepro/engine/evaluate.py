@@ -19,6 +19,7 @@ from rankrepro.engine.device import autocast, resolve_device
 from rankrepro.io import atomic_write_json
 from rankrepro.metrics import compute, protocols
 from rankrepro.models import build_model
+from rankrepro.torchfile import TorchFileError, load_plain
 
 
 @torch.no_grad()
@@ -35,8 +36,20 @@ def embed(model, dataset, device: torch.device, amp: str, batch_size: int = 256,
     return torch.cat(chunks).numpy()
 
 
+#: what to do about a ``model.pt`` that cannot be used
+RETRAIN = ("the run must be retrained: remove it and run the run's training again "
+           "(Snakemake retrains a run whose model.pt is missing)")
+
+
 def load_model(model_path: str | Path, device: torch.device):
-    state = torch.load(model_path, map_location="cpu", weights_only=False)
+    """The model ``train`` saved in ``model_path`` (``model_cfg`` and ``state_dict``), on ``device``.
+    The file is read with :func:`rankrepro.torchfile.load_plain` (tensors and plain data only:
+    a crafted file is refused, nothing in it runs); an unusable file raises
+    :class:`~rankrepro.torchfile.TorchFileError` naming it and saying to retrain."""
+    state = load_plain(model_path, remedy=RETRAIN)
+    if not isinstance(state, dict) or not {"model_cfg", "state_dict"} <= state.keys():
+        raise TorchFileError(Path(model_path), "not a model file of this version (no model_cfg and state_dict)",
+                             RETRAIN)
     cfg = dict(state["model_cfg"], pretrained="none")
     model = build_model(cfg)
     model.load_state_dict(state["state_dict"])

@@ -54,6 +54,7 @@ TINY_CONFIG = {
     "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2},
 }
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".npz")
+SAFE_SUFFIXES = (".safetensors", ".npz")  # checkpoint formats open_clip reads without unpickling
 COLUMNS = ("split", "landmark_id", "category", "supercategory")
 def unique_names(landmarks_csv) -> pd.DataFrame:
     """``name, landmarks``: each distinct supercategory of ``landmarks_csv`` (verbatim) and its number
@@ -87,7 +88,9 @@ def _looks_like_path(pretrained: str | None) -> bool:
 
 def load_text_model(model: str, pretrained: str | None, device: str = "cpu"):
     """``(model, tokenizer)`` of open_clip in eval mode. ``pretrained``: None / ``"none"`` (random
-    init, seeded), an open_clip tag, or a checkpoint file (FileNotFoundError when missing)."""
+    init, seeded), an open_clip tag, or a checkpoint file (FileNotFoundError when missing; a torch
+    file holding anything but tensors and plain data is refused, nothing in it runs:
+    :func:`rankrepro.torchfile.load_plain`)."""
     import open_clip
     import torch
 
@@ -96,6 +99,11 @@ def load_text_model(model: str, pretrained: str | None, device: str = "cpu"):
         pretrained = None
     if _looks_like_path(pretrained) and not os.path.isfile(pretrained):
         raise FileNotFoundError(f"checkpoint {pretrained}: no such file")
+    if _looks_like_path(pretrained) and not pretrained.endswith(SAFE_SUFFIXES):
+        from rankrepro.torchfile import load_plain
+
+        # read once as tensors and plain data first: old open_clip versions load it with weights_only=False
+        load_plain(pretrained, remedy="give a checkpoint of tensors only (a state dict, or .safetensors)")
     schema, _ = open_clip.factory.parse_model_name(model)
     if schema is None and open_clip.factory.get_model_config(model.replace("/", "-")) is None:
         known = open_clip.list_models()

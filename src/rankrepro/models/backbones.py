@@ -27,6 +27,10 @@ BN-Inception's ImageNet weights are not on torchvision's or timm's download path
 pretrainedmodels, unmaintained): ``pretrained: imagenet`` reads them from torch hub's checkpoint
 cache, :func:`hub_checkpoint` (``$TORCH_HOME/hub/checkpoints/bn_inception-52deb4733.pth``, where
 pretrainedmodels itself caches them), and fails naming that file and its URL when it is absent.
+
+Every weights file is read with :func:`rankrepro.torchfile.load_plain` (tensors and plain data
+only): a crafted or tampered file -- a state dict given as ``pretrained``, or a file in torch hub's
+cache -- is refused naming it, and nothing in it runs.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock, ResNet
 
 from rankrepro.registry import Registry
+from rankrepro.torchfile import load_plain
 
 #: name -> builder(pretrained) returning a torchvision ResNet (``fc`` still attached) or a feature extractor
 #: (``output``, ``num_features``, ``load_weights``: :class:`TimmViT`, :class:`TorchvisionDenseNet`, BNInception)
@@ -52,10 +57,22 @@ def hub_checkpoint(filename: str) -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints" / filename
 
 
+def torchvision_state_dict(weights) -> dict:
+    """The state dict of torchvision's ``weights`` (a ``*_Weights`` member), from torch hub's cache
+    (:func:`hub_checkpoint`), where torch hub downloads it first (hash checked) when it is absent;
+    read with :func:`~rankrepro.torchfile.load_plain`, as torchvision's own loader does not."""
+    path = hub_checkpoint(weights.url.rsplit("/", 1)[1])
+    if not path.is_file():
+        torch.hub.load_state_dict_from_url(weights.url, progress=True, check_hash=True, weights_only=True)
+    return load_plain(path, remedy=f"remove it: torch hub downloads it again from {weights.url}")
+
+
 def _torchvision_resnet(arch: str, weights_enum: str):
     def build(pretrained: str) -> ResNet:
-        weights = getattr(torchvision.models, weights_enum).IMAGENET1K_V1 if pretrained == "imagenet" else None
-        return getattr(torchvision.models, arch)(weights=weights)
+        net = getattr(torchvision.models, arch)()
+        if pretrained == "imagenet":
+            net.load_state_dict(torchvision_state_dict(getattr(torchvision.models, weights_enum).IMAGENET1K_V1))
+        return net
 
     build.__name__ = build.__qualname__ = arch
     return build
@@ -75,9 +92,9 @@ class TorchvisionDenseNet(nn.Module):
 
     output = "map"
 
-    def __init__(self, arch: str, weights=None):
+    def __init__(self, arch: str):
         super().__init__()
-        net = getattr(torchvision.models, arch)(weights=weights)
+        net = getattr(torchvision.models, arch)()
         self.features = net.features
         self.num_features = net.classifier.in_features
 
@@ -97,11 +114,13 @@ class TorchvisionDenseNet(nn.Module):
 
 def _torchvision_densenet(arch: str, weights_enum: str):
     def build(pretrained: str) -> TorchvisionDenseNet:
+        net = TorchvisionDenseNet(arch)
         if pretrained != "imagenet":
-            return TorchvisionDenseNet(arch)
+            return net
         weights = getattr(torchvision.models, weights_enum).IMAGENET1K_V1
         try:
-            return TorchvisionDenseNet(arch, weights)
+            net.load_weights(torchvision_state_dict(weights))
+            return net
         except OSError as err:  # URLError offline, or a truncated download
             raise RuntimeError(
                 f"backbone {arch}: could not get torchvision's ImageNet weights {weights.url} (cached as "
@@ -221,7 +240,8 @@ for _name in TIMM_BACKBONES:
 
 
 def read_state_dict(path: str | Path) -> dict:
-    """A state dict from ``path`` (torch file, optionally under ``state_dict`` or ``model``; or safetensors)."""
+    """A state dict from ``path`` (torch file, optionally under ``state_dict`` or ``model``; or safetensors),
+    read with :func:`~rankrepro.torchfile.load_plain`."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"pretrained weights file {path} does not exist")
@@ -229,7 +249,7 @@ def read_state_dict(path: str | Path) -> dict:
         from safetensors.torch import load_file
 
         return load_file(str(path))
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = load_plain(path, remedy="give a file of tensors only (a state dict, or .safetensors)")
     if isinstance(state, dict):
         for key in ("state_dict", "model"):
             if isinstance(state.get(key), dict):
