@@ -32,9 +32,7 @@ labels under m-per-class sampling, P = m = 4) and the step's derivative follows 
 value (the sigmoid), the forward keeps the values for the backward instead of
 recomputing them. The hierarchical losses have P ~ N / 2 and always recompute.
 
-Tie convention: exact steps count ties as "ahead" (H(0) = 1), H^-(0) = sigma(0) = 0.5,
-so the upper bound of a SupRank loss can fail only on exact score ties with a
-less relevant item.
+Tie convention: that of the steps (:mod:`rankrepro.losses.steps`).
 """
 
 from __future__ import annotations
