@@ -28,10 +28,11 @@ the trainer's step (``criterion(embeddings.float(), labels)``, zero_grad, backwa
 
 Why a mini-loop and not ``train()`` itself: the trainer reads images through ``ImageDataset`` (PIL
 decoding and the image transforms) into a registered backbone (the smallest, ``resnet_tiny``, is a
-4-stage ResNet): 300 steps of its forward and backward alone, on 40 16-pixel images, took 21 s on
-one thread (measured), so 39 losses (plus the checks below) would not fit the ~3-minute budget on 2 shared cores. The loop below keeps every piece that decides
-whether a loss learns (loss builder, optimizer groups, sampler, the step) and replaces only the
-image pipeline and the backbone by the digits' 64 pixel values and an MLP.
+4-stage ResNet): 300 steps of its forward and backward alone, on batches of 40 16-pixel images,
+took 21 s on one thread (measured), so 39 losses (plus the checks below) would not fit the ~3-minute
+budget on 2 shared cores. The loop below keeps every piece that decides whether a loss learns (loss
+builder, optimizer groups, sampler, the step) and replaces only the image pipeline and the backbone
+by the digits' 64 pixel values and an MLP.
 
 The check can fail: the same training with the loss negated (gradient ascent, what a sign error in
 a gradient gives) or with the whole network frozen (a warm-up that never ends) stays below the
