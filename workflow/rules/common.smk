@@ -6,16 +6,14 @@ from types import SimpleNamespace
 # the planner reads the config, the setups, the table specs and the catalog (data), and
 # writes results/plan/; everything below reads that plan.
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
 
 import rankrepro.hgldv2
 from rankrepro.plan.batches import BatchError, train_batches
 from rankrepro.plan.build import plan_from_config, write_plan
 from rankrepro.plan.model import Plan, manifest_path
-from rankrepro.plan.schema import SCHEMA_DIR, PlanError
+from rankrepro.plan.schema import PlanError
 
-validate(config, schema=str(SCHEMA_DIR / "config.schema.yaml"))
-try:
+try:  # validates config (the schema, its defaults filled in) as `python -m rankrepro plan` does
     _PLAN_JSON = plan_from_config(config)
 except PlanError as err:
     raise WorkflowError(f"invalid plan: {err}") from None

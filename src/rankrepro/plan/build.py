@@ -23,7 +23,7 @@ from rankrepro.plan.specs import SPECS_DIR, load_spec
 from rankrepro.tables.kinds import spec_kind
 
 __all__ = ["HGLDV2_DATASET", "HGLDV2_SOURCE", "make_plan", "plan_datasets", "plan_from_config", "plan_hgldv2",
-           "write_plan"]
+           "validate_config", "write_plan"]
 
 
 def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datasets_config: dict | None = None,
@@ -122,9 +122,24 @@ def plan_hgldv2(hgldv2: dict | None, datasets: dict, schema_dir: str | Path = SC
     return block
 
 
+def validate_config(config: dict) -> None:
+    """Validate a configuration against ``schemas/config.schema.yaml`` (unknown keys are errors) and
+    write the schema's defaults into it, as ``snakemake.utils.validate`` does in a Snakefile (the same
+    function: its messages and its defaults); a :class:`PlanError` with jsonschema's message."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate as snakemake_validate
+
+    try:
+        snakemake_validate(config, schema=str(SCHEMA_DIR / "config.schema.yaml"))
+    except WorkflowError as err:
+        raise PlanError(f"config: {err}") from None
+
+
 def plan_from_config(config: dict) -> dict:
-    """:func:`make_plan` of a configuration (``config.yaml`` with its profile and ``--config`` merged in),
-    with the checked ``hgldv2`` block (:func:`plan_hgldv2`)."""
+    """:func:`make_plan` of a configuration (``config.yaml`` with its profile and ``--config`` merged in)
+    after :func:`validate_config` (which fills its defaults in place), with the checked ``hgldv2`` block
+    (:func:`plan_hgldv2`). The Snakefile and ``python -m rankrepro plan`` both plan through it."""
+    validate_config(config)
     plan = make_plan(config.get("tables") or {}, config.get("run_overrides") or {}, config.get("datasets") or {},
                      specs_dir=config.get("specs_dir"), setups_dir=config.get("setups_dir"),
                      synthetic=config.get("synthetic"))
