@@ -29,7 +29,8 @@ def _plan_cli(tmp_path, config: Path):
 
 TYPOS = [
     (lambda c: c.update(tabels=c.pop("tables")), r"Additional properties are not allowed \('tabels' was unexpected\)"),
-    (lambda c: c["runtime"].update(num_workrs=0), r"Additional properties are not allowed \('num_workrs' was unexpected\)"),
+    (lambda c: c["runtime"].update(num_workrs=0),
+     r"Additional properties are not allowed \('num_workrs' was unexpected\)"),
 ]
 
 

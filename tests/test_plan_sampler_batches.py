@@ -46,7 +46,8 @@ def test_a_setup_with_a_batch_size_that_is_no_multiple_names_the_setup(tmp_path)
           sampler: {name: m_per_class, batch_size: 250, samples_per_class: 4}
         """))
     with pytest.raises(PlanError, match=r"mine.yaml: mine_cub.*: sampler.batch_size: sampler 'm_per_class': "
-                                        r"batch_size 250 is not a multiple of samples_per_class 4 \(.*mine.yaml: mine_cub\)"):
+                                        r"batch_size 250 is not a multiple of samples_per_class 4 "
+                                        r"\(.*mine.yaml: mine_cub\)"):
         Planner(setups=load_setups(d)).resolve("mine_cub", [("row", {"loss": {"name": "smooth_ap"}})])
 
 
