@@ -1,12 +1,30 @@
 # rankrepro: regenerate the tables of five rank-loss retrieval papers.
 #   snakemake --cores all                          full reproduction (config.yaml)
 #   snakemake --cores all --profile profiles/demo  the whole DAG on replicas, CPU, minutes
+import sys
+
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version
+
+from rankrepro.plan.profile_config import PROFILE_CONFIGFILE, profile_configfile
 
 min_version("9.1")
 
 
 configfile: "config.yaml"
+
+
+# A profile's settings file (profiles/demo/demo.yaml) over config.yaml and under the command line's
+# --configfile and --config, also when these replace the profile's configfile: (rankrepro.plan.profile_config).
+try:
+    _PROFILE_CONFIGFILE = profile_configfile(config, sys.argv)
+except ValueError as err:
+    raise WorkflowError(str(err)) from None
+if _PROFILE_CONFIGFILE:
+
+    configfile: _PROFILE_CONFIGFILE
+
+    config.pop(PROFILE_CONFIGFILE, None)  # the directive merged the command line's config in again
 
 
 include: "workflow/rules/common.smk"

@@ -239,11 +239,13 @@ def _blocks(stdout, rule):
 
 def _sop_cache_reads(wf, stdout):
     """{rule: how many SOP train / evaluate jobs read the s256 cache} of a dry run, after checking each
-    job against its run (results/plan/plan.json): a job reads the cache, as input and as
+    job against its run (in the plan the dry run used: its track job's input results/plan/plan.<hash>.json):
+    a job reads the cache, as input and as
     ``--image-cache``, exactly when its run's first resize can use it (SupRank's SOP: Resize(256) and a
     (256, 256) squash of the s256 cache; not PNP's RandomResizedCrop of the originals nor top-k's
     (256, 256) training squash)."""
-    plan = json.loads((wf / "results" / "plan" / "plan.json").read_text())
+    plan_file = re.search(r"results/plan/plan\.[0-9a-f]{12}\.json", stdout).group(0)
+    plan = json.loads((wf / plan_file).read_text())
     reading = {"train": 0, "evaluate": 0}
     for rule in reading:
         blocks = [b for b in _blocks(stdout, rule) if "results/runs/sop-" in b]

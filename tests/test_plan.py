@@ -210,15 +210,15 @@ def test_plan_files_are_rewritten_only_when_they_change(tmp_path):
     from rankrepro.plan.build import write_plan
 
     plan = make_plan(TABLE1)
-    path = write_plan(plan, tmp_path)
-    table = tmp_path / "tables" / "suprank" / "table1.json"
+    files = write_plan(plan, tmp_path)
+    path, table = files.plan, files.tables["suprank/table1"]
     stamps = path.stat().st_mtime_ns, table.stat().st_mtime_ns
     os.utime(path, ns=(1, 1))
     os.utime(table, ns=(1, 1))
     write_plan(make_plan(TABLE1), tmp_path)
     assert path.stat().st_mtime_ns == 1 and table.stat().st_mtime_ns == 1 and stamps[0] > 1
-    write_plan(make_plan(TABLE1, {"epochs": 6}), tmp_path)
-    assert path.stat().st_mtime_ns > 1 and json.loads(table.read_text())["runs"]
+    changed = write_plan(make_plan(TABLE1, {"epochs": 6}), tmp_path)  # other files (named by their content)
+    assert changed.plan.stat().st_mtime_ns > 1 and json.loads(changed.tables["suprank/table1"].read_text())["runs"]
 
 
 BLOCKER = """

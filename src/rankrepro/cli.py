@@ -160,11 +160,11 @@ def cmd_plan(args) -> None:
     from rankrepro.plan.schema import PlanError
 
     config = yaml.safe_load(Path(args.config).read_text())
-    try:
+    try:  # validates the config as the Snakefile does (the same function)
         plan = plan_from_config(config)
     except PlanError as err:
         sys.exit(f"invalid plan: {err}")
-    path = write_plan(plan, args.out)
+    path = write_plan(plan, args.out).plan
     print(f"{len(plan['runs'])} runs, {len(plan['tables'])} tables -> {path}")
 
 
@@ -291,27 +291,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_cache)
 
     p = sub.add_parser("table", help="render a paper table (paper vs ours)")
-    p.add_argument("--plan", required=True, help="the table's plan: results/plan/tables/<paper>/<table>.json")
+    p.add_argument("--plan", required=True, help="the table's plan: results/plan/tables/<paper>/<table>.<hash>.json")
     p.add_argument("--runs-dir", required=True)
     p.add_argument("--out-prefix", required=True)
     p.set_defaults(func=cmd_table)
 
     p = sub.add_parser("sweep-plot", help="plot a sweep spec's points (a paper figure: ours beside the paper's)")
-    p.add_argument("--plan", required=True, help="the sweep's plan: results/plan/tables/<paper>/<table>.json")
+    p.add_argument("--plan", required=True, help="the sweep's plan: results/plan/tables/<paper>/<table>.<hash>.json")
     p.add_argument("--runs-dir", required=True)
     p.add_argument("--out", required=True, help="results/tables/<paper>/<table>.png")
     p.set_defaults(func=cmd_sweep_plot)
 
     p = sub.add_parser("results-index", help="write results/README.md: per table, cells reproduced, within one "
                        "point, pending (why), replica or real data, GPU- and CPU-hours")
-    p.add_argument("--plan", required=True, help="results/plan/plan.json")
+    p.add_argument("--plan", required=True, help="results/plan/plan.<hash>.json")
     p.add_argument("--results-dir", default="results", help="where tables/, runs/, synthetic/, hgldv2/ are")
     p.add_argument("--out", required=True, help="results/README.md")
     p.add_argument("--html", help="also the index as an HTML page (the report's copy)")
     p.set_defaults(func=cmd_results_index)
 
     p = sub.add_parser("table-html", help="an HTML page of a rendered table (for the Snakemake report)")
-    p.add_argument("--plan", required=True, help="the table's plan: results/plan/tables/<paper>/<table>.json")
+    p.add_argument("--plan", required=True, help="the table's plan: results/plan/tables/<paper>/<table>.<hash>.json")
     p.add_argument("--csv", required=True, help="the rendered table: results/tables/<paper>/<table>.csv")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_table_html)
@@ -326,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tables", nargs="*", default=[], help="scatter: the paper's table CSVs")
     p.set_defaults(func=cmd_plot)
 
-    p = sub.add_parser("plan", help="write the plan of a config file (what the Snakefile does at start)")
+    p = sub.add_parser("plan", help="validate a config file and write its plan (what the Snakefile does at start)")
     p.add_argument("--config", default="config.yaml")
     p.add_argument("--out", default="results/plan")
     p.set_defaults(func=cmd_plan)
@@ -343,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_catalog)
 
     p = sub.add_parser("track", help="import finished runs and tables into MLflow")
-    p.add_argument("--plan", help="results/plan/plan.json: import its runs and tables")
+    p.add_argument("--plan", help="results/plan/plan.<hash>.json: import its runs and tables")
     p.add_argument("--runs-dir", default="results/runs", help="where the plan's runs are (with --plan)")
     p.add_argument("--tables-dir", default="results/tables", help="where the plan's tables are (with --plan)")
     p.add_argument("--runs", nargs="*", default=[], help="run directories")

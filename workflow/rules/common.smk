@@ -4,24 +4,24 @@ from pathlib import Path
 from types import SimpleNamespace
 # Helpers only (no rules): config validation, the plan, input functions. Imports no torch:
 # the planner reads the config, the setups, the table specs and the catalog (data), and
-# writes results/plan/; everything below reads that plan.
+# writes results/plan/ (files named by their content); everything below reads that plan.
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
 
 import rankrepro.hgldv2
 from rankrepro.plan.batches import BatchError, train_batches
 from rankrepro.plan.build import plan_from_config, write_plan
 from rankrepro.plan.model import Plan, manifest_path
-from rankrepro.plan.schema import SCHEMA_DIR, PlanError
+from rankrepro.plan.schema import PlanError
 
-validate(config, schema=str(SCHEMA_DIR / "config.schema.yaml"))
-try:
+try:  # validates config (the schema, its defaults filled in) as `python -m rankrepro plan` does
     _PLAN_JSON = plan_from_config(config)
 except PlanError as err:
     raise WorkflowError(f"invalid plan: {err}") from None
 
-PLAN_DIR = "results/plan"
-PLAN_FILE = str(write_plan(_PLAN_JSON, PLAN_DIR))
+# content-addressed (results/plan/plan.<hash>.json, tables/<paper>/<table>.<hash>.json): another snakemake
+# planning in this folder, even -n, never rewrites the files this workflow's jobs read
+PLAN_FILES = write_plan(_PLAN_JSON, "results/plan")
+PLAN_FILE = str(PLAN_FILES.plan)
 PLAN = Plan.from_json(_PLAN_JSON)
 DATA_ROOT = config["data_root"]
 RUNTIME = config["runtime"]
@@ -147,7 +147,8 @@ def run_json(wildcards):
 
 
 def table_plan(wildcards):
-    return f"{PLAN_DIR}/tables/{wildcards.paper}/{wildcards.table}.json"
+    """The plan file of table {paper}/{table} (results/plan/tables/<paper>/<table>.<hash>.json)."""
+    return str(PLAN_FILES.tables[planned_table(wildcards).key])
 
 
 def planned_table(wildcards):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -69,7 +70,8 @@ def run(out_dir="results/bench", cores: int = 2) -> dict:
         if result.returncode != 0:
             raise RuntimeError(f"the demo failed after {seconds:.0f} s in {wf}:\n"
                                f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
-        plan = Plan.load(wf / "results" / "plan" / "plan.json")
+        # the plan the run used: the track job's input, named by its content
+        plan = Plan.load(wf / re.search(r"results/plan/plan\.[0-9a-f]{12}\.json", dry.stdout).group(0))
         tables = sorted(str(p.relative_to(wf / "results" / "tables").with_suffix(""))
                         for p in (wf / "results" / "tables").rglob("*.md"))
     record = {"seconds": round(seconds, 1), "goal_s": GOAL_S, "cores": cores, "cpu_count": os.cpu_count(),

@@ -3,15 +3,18 @@
 :func:`make_plan` plans every table of the config's ``tables`` through its kind
 (:mod:`rankrepro.tables.kinds`), collects the runs they need (cells describing the same run
 share it) and the datasets the DAG prepares (:func:`plan_datasets`); :func:`plan_from_config`
-adds the checked ``hgldv2`` block; :func:`write_plan` writes it under ``results/plan/`` (a file is
-rewritten only when its content changes, so Snakemake's mtimes stay put). The plan's shape:
+adds the checked ``hgldv2`` block; :func:`write_plan` writes it under ``results/plan/`` in files named
+by their content (a running workflow's plan files are never rewritten; an unchanged plan writes
+nothing, so Snakemake's mtimes stay put). The plan's shape:
 :mod:`rankrepro.plan.model`.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from rankrepro.hgldv2.prompt import check_prompt
@@ -22,8 +25,8 @@ from rankrepro.plan.setups import load_setups
 from rankrepro.plan.specs import SPECS_DIR, load_spec
 from rankrepro.tables.kinds import spec_kind
 
-__all__ = ["HGLDV2_DATASET", "HGLDV2_SOURCE", "make_plan", "plan_datasets", "plan_from_config", "plan_hgldv2",
-           "write_plan"]
+__all__ = ["HGLDV2_DATASET", "HGLDV2_SOURCE", "PlanFiles", "make_plan", "plan_datasets", "plan_from_config",
+           "plan_hgldv2", "validate_config", "write_plan"]
 
 
 def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datasets_config: dict | None = None,
@@ -122,9 +125,24 @@ def plan_hgldv2(hgldv2: dict | None, datasets: dict, schema_dir: str | Path = SC
     return block
 
 
+def validate_config(config: dict) -> None:
+    """Validate a configuration against ``schemas/config.schema.yaml`` (unknown keys are errors) and
+    write the schema's defaults into it, as ``snakemake.utils.validate`` does in a Snakefile (the same
+    function: its messages and its defaults); a :class:`PlanError` with jsonschema's message."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate as snakemake_validate
+
+    try:
+        snakemake_validate(config, schema=str(SCHEMA_DIR / "config.schema.yaml"))
+    except WorkflowError as err:
+        raise PlanError(f"config: {err}") from None
+
+
 def plan_from_config(config: dict) -> dict:
-    """:func:`make_plan` of a configuration (``config.yaml`` with its profile and ``--config`` merged in),
-    with the checked ``hgldv2`` block (:func:`plan_hgldv2`)."""
+    """:func:`make_plan` of a configuration (``config.yaml`` with its profile and ``--config`` merged in)
+    after :func:`validate_config` (which fills its defaults in place), with the checked ``hgldv2`` block
+    (:func:`plan_hgldv2`). The Snakefile and ``python -m rankrepro plan`` both plan through it."""
+    validate_config(config)
     plan = make_plan(config.get("tables") or {}, config.get("run_overrides") or {}, config.get("datasets") or {},
                      specs_dir=config.get("specs_dir"), setups_dir=config.get("setups_dir"),
                      synthetic=config.get("synthetic"))
@@ -132,20 +150,37 @@ def plan_from_config(config: dict) -> dict:
     return plan
 
 
-def _write_if_changed(path: Path, text: str) -> None:
+@dataclass(frozen=True)
+class PlanFiles:
+    """The files of a plan written by :func:`write_plan`: ``plan`` (the track and results_index rules'
+    input) and ``tables`` ({"<paper>/<table>": that table's plan file}, the table rules' input)."""
+
+    plan: Path
+    tables: dict[str, Path]
+
+
+def _write_content_addressed(folder: Path, stem: str, data: dict) -> Path:
+    """Write ``data`` as JSON to ``<folder>/<stem>.<first 12 hex of the SHA-256 of the text>.json``,
+    unless that file already holds the text (its mtime then stays put); returns the path."""
     from rankrepro.io import atomic_write_text
 
+    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    path = folder / f"{stem}.{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
     if not path.is_file() or path.read_text() != text:
         atomic_write_text(path, text)
-
-
-def write_plan(plan: dict, out_dir: str | Path = "results/plan") -> Path:
-    """``<out_dir>/plan.json`` and one ``<out_dir>/tables/<paper>/<table>.json`` per table (the table rule's
-    input) of a plan's JSON data (:func:`make_plan`), each rewritten only when its content changed.
-    Returns the plan file."""
-    out_dir = Path(out_dir)
-    for key, table in plan["tables"].items():
-        _write_if_changed(out_dir / "tables" / f"{key}.json", json.dumps(table, indent=1, sort_keys=True) + "\n")
-    path = out_dir / "plan.json"
-    _write_if_changed(path, json.dumps(plan, indent=1, sort_keys=True) + "\n")
     return path
+
+
+def write_plan(plan: dict, out_dir: str | Path = "results/plan") -> PlanFiles:
+    """Write a plan's JSON data (:func:`make_plan`) as ``<out_dir>/plan.<hash>.json`` and one
+    ``<out_dir>/tables/<paper>/<table>.<hash>.json`` per table, each named by the hash of its text.
+
+    Files are content-addressed so that planning never changes what a running workflow reads: a
+    second ``snakemake`` in the same folder (even ``-n``) plans before Snakemake's lock refuses it,
+    and a different config there writes other files. An unchanged file is not rewritten (Snakemake's
+    mtimes stay put), and a table's file name changes exactly when its plan does. Files of earlier
+    plans stay; ``results/plan/`` may be deleted while no snakemake runs in the folder."""
+    out_dir = Path(out_dir)
+    tables = {key: _write_content_addressed(out_dir / "tables" / table["paper"], table["table"], table)
+              for key, table in plan["tables"].items()}
+    return PlanFiles(_write_content_addressed(out_dir, "plan", plan), tables)

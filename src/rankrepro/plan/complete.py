@@ -20,7 +20,7 @@ from rankrepro.plan.merge import get_path, origin_of
 from rankrepro.plan.schema import PlanError, Schemas, dotted, fill_schema_defaults, first_error
 from rankrepro.registry import ParameterError, check_parameters
 
-__all__ = ["ID_NEUTRAL_DEFAULTS", "canonical_json", "complete_run", "run_id"]
+__all__ = ["ID_NEUTRAL_DEFAULTS", "canonical_json", "check_batch_split", "complete_run", "run_id"]
 
 
 def canonical_json(obj) -> str:
@@ -90,6 +90,7 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
             raise PlanError(f"{_where(origins, path, context)}: {err}") from None
         for key, spec in entry["parameters"].items():
             block.setdefault(key, copy.deepcopy(spec.get("default")))
+    check_batch_split(run, origins, context)
     if run["warmup_epochs"] > run["epochs"]:  # the backbone would never train
         raise PlanError(f"run{context}: warmup_epochs ({run['warmup_epochs']}, {origin_of(origins, ('warmup_epochs',))}) "
                         f"exceeds epochs ({run['epochs']}, {origin_of(origins, ('epochs',))})")
@@ -101,3 +102,31 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
         except ValueError as err:
             raise PlanError(f"{_where(origins, ('eval', 'metrics'), context)}[{i}]: {err}") from None
     return run
+
+
+def check_batch_split(run: dict, origins: dict, context: str = "") -> None:
+    """:class:`PlanError` when the run's sampler cannot split its batch (checked when training builds it,
+    :mod:`rankrepro.data.samplers`): ``m_per_class`` needs ``batch_size`` a multiple of
+    ``samples_per_class``; ``hierarchical`` (pytorch-metric-learning's HierarchicalSampler) needs it a
+    multiple of ``super_classes_per_batch``, and each super-class's share a multiple of ``samples_per_class``.
+    The message names where ``batch_size`` and the other number were set."""
+    block = run["sampler"]
+    name, size, per_class = block["name"], block.get("batch_size"), block.get("samples_per_class")
+    if name not in ("m_per_class", "hierarchical") or not all(isinstance(v, int) for v in (size, per_class)):
+        return
+    path = ("sampler", "batch_size")
+    where = f"{_where(origins, path, context)}: sampler {name!r}: batch_size {size}"
+    per_class_origin = origin_of(origins, ("sampler", "samples_per_class"))
+    if name == "m_per_class":
+        if size % per_class:
+            raise PlanError(f"{where} is not a multiple of samples_per_class {per_class} ({per_class_origin})")
+        return
+    supers = block.get("super_classes_per_batch")
+    if not isinstance(supers, int) or supers < 1:
+        return
+    if size % supers:
+        raise PlanError(f"{where} is not a multiple of super_classes_per_batch {supers} "
+                        f"({origin_of(origins, ('sampler', 'super_classes_per_batch'))})")
+    if (size // supers) % per_class:
+        raise PlanError(f"{where} over super_classes_per_batch {supers} gives {size // supers} per super-class, "
+                        f"not a multiple of samples_per_class {per_class} ({per_class_origin})")

@@ -1,7 +1,8 @@
 """The plan as typed data: :class:`Plan` and :class:`TablePlan`, and the queries every reader needs.
 
-The planner writes the plan as JSON (``results/plan/plan.json`` and one
-``results/plan/tables/<paper>/<table>.json`` per table, :func:`rankrepro.plan.build.write_plan`);
+The planner writes the plan as JSON (``results/plan/plan.<hash>.json`` and one
+``results/plan/tables/<paper>/<table>.<hash>.json`` per table, named by their content,
+:func:`rankrepro.plan.build.write_plan`);
 ``from_json`` / ``to_json`` convert without changing that shape:
 
 - ``runs``: ``{run_id: run}`` (the complete runs, :mod:`rankrepro.plan.complete`);
@@ -62,7 +63,7 @@ class TablePlan:
 
     @classmethod
     def load(cls, path: str | Path) -> TablePlan:
-        """The table plan of a ``results/plan/tables/<paper>/<table>.json``."""
+        """The table plan of a ``results/plan/tables/<paper>/<table>.<hash>.json``."""
         return cls.from_json(json.loads(Path(path).read_text()))
 
     def to_json(self) -> dict:
