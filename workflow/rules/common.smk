@@ -12,10 +12,11 @@ import rankrepro.hgldv2
 from rankrepro.plan.batches import BatchError, train_batches
 from rankrepro.plan.build import plan_from_config, write_plan
 from rankrepro.plan.model import Plan, manifest_path
-from rankrepro.plan.schema import SCHEMA_DIR, PlanError
+from rankrepro.plan.schema import SCHEMA_DIR, PlanError, check_yaml_files
 
 validate(config, schema=str(SCHEMA_DIR / "config.schema.yaml"))
 try:
+    check_yaml_files(workflow.configfiles)  # Snakemake's own loader keeps the last of a key given twice
     _PLAN_JSON = plan_from_config(config)
 except PlanError as err:
     raise WorkflowError(f"invalid plan: {err}") from None
