@@ -126,19 +126,30 @@ def check(path: str | Path | None = None) -> None:
                            + "\n  ".join(problems))
 
 
-def check_run(run: dict) -> None:
-    """Raise :class:`CatalogError` unless every component of ``run`` pins every parameter the code takes.
+def check_run(run: dict, path: str | Path | None = None) -> None:
+    """Raise :class:`CatalogError` unless every component of ``run`` pins every parameter the code takes
+    and the committed catalog (``path``, default ``catalog.json``) describes each of them as the code does
+    (parameter names, defaults, types, bounds, fixed keywords).
 
     A run planned with a stale catalog lacks the parameters added since (or has ones removed
-    since): its id does not describe what the code would do, so it must not train."""
+    since), or took defaults the code no longer has: its id does not describe what the code
+    would do, so it must not train."""
     from rankrepro.registry import ParameterError, UnknownNameError
 
-    for path, (kind, extra) in COMPONENTS.items():
+    committed = load(path)
+    for key_path, (kind, extra) in COMPONENTS.items():
         block = run
-        for key in path:
+        for key in key_path:
             block = block[key]
         params = {k: v for k, v in block.items() if k != "name" and k not in extra}
         try:
-            registry(kind).get(block["name"]).check(params, where=f"run {'.'.join(path)}", complete=True)
+            entry = registry(kind).get(block["name"])
+            entry.check(params, where=f"run {'.'.join(key_path)}", complete=True)
         except (ParameterError, UnknownNameError) as err:
             raise CatalogError(str(err)) from None
+        stored, current = committed.get(kind, {}).get(entry.name), entry.as_json()
+        if stored != current:
+            changed = diff({kind: {entry.name: stored}} if stored else {}, {kind: {entry.name: current}})
+            raise CatalogError(f"run {'.'.join(key_path)}: {kind} {entry.name!r}: parameters changed in code since "
+                               f"{path or CATALOG_PATH} was written ({'; '.join(changed)}): run `python -m rankrepro "
+                               "catalog`, commit it and plan again (run ids change where defaults changed)")
