@@ -1,7 +1,7 @@
 """The catalog: a JSON snapshot of every registry, read by the planner without importing torch.
 
 ``catalog.json`` (beside this module) holds, for each kind of component (backbone,
-dataset, loss, model, optimizer, pooling, sampler, schedule), each registered name with
+dataset, loss, model, optimizer, pooling, sampler, schedule, synthetic, task), each registered name with
 its builder (``module:qualname``), fixed keywords, and parameters (default or
 ``required``, JSON types) -- and, for datasets, the facts the DAG needs (archive name,
 protocol, levels). The planner fills every default of a run from it, so a run's id
@@ -36,6 +36,7 @@ REGISTRIES = {
     "sampler": "rankrepro.data.samplers:SAMPLERS",
     "schedule": "rankrepro.engine.optim:SCHEDULES",
     "synthetic": "rankrepro.synthetic:SYNTHETIC",
+    "task": "rankrepro.engine.tasks:TASKS",
 }
 
 #: the component blocks of a run: key path -> (catalog kind, keys of the block that are not the
@@ -49,7 +50,7 @@ COMPONENTS = {
     ("loss",): ("loss", ("memory",)),
 }
 #: the values of a run that name a registered component: key path -> catalog kind
-NAME_REFS = {("dataset",): "dataset", ("model", "backbone"): "backbone"}
+NAME_REFS = {("dataset",): "dataset", ("model", "backbone"): "backbone", ("task",): "task"}
 
 
 class CatalogError(RuntimeError):

@@ -218,8 +218,10 @@ class Entry:
         return {k: p.default for k, p in self.parameters().items() if not p.required}
 
     def as_json(self) -> dict:
-        """The entry as the catalog stores it: target, fixed keywords, parameters, accepts_any."""
-        return {"target": self.target, "fixed": self.fixed, "accepts_any": self.accepts_any,
+        """The entry as the catalog stores it: target, fixed keywords (a function as its
+        ``module:qualname``, e.g. a task's trainer), parameters, accepts_any."""
+        fixed = {k: f"{v.__module__}:{v.__qualname__}" if callable(v) else v for k, v in self.fixed.items()}
+        return {"target": self.target, "fixed": fixed, "accepts_any": self.accepts_any,
                 "parameters": {k: p.as_json() for k, p in self.parameters().items()}}
 
     def build(self, *args, context: dict | None = None, complete: bool = False, **params):
