@@ -63,7 +63,8 @@ def test_a_setup_defined_twice_in_one_file_fails(tmp_path):
 
 def test_a_key_twice_in_a_table_spec_fails(tmp_path):
     text = (SPECS_DIR / "suprank" / "table1.yaml").read_text()
-    spec = _write(tmp_path / "specs" / "suprank" / "table1.yaml", text.replace("\ncaption:", "\ntitle: again\ncaption:", 1))
+    spec = _write(tmp_path / "specs" / "suprank" / "table1.yaml",
+                  text.replace("\ncaption:", "\ntitle: again\ncaption:", 1))
     line = text.splitlines().index(next(x for x in text.splitlines() if x.startswith("caption:"))) + 1
     with pytest.raises(PlanError, match=rf"table1.yaml:{line}: key 'title' appears twice"):
         make_plan({"suprank": ["table1"]}, specs_dir=spec.parents[1])

@@ -105,7 +105,8 @@ class NormalizedSoftmaxDG(nn.Module):
     """
 
     def __init__(self, num_classes: int | None = None, embedding_size: int | None = None,
-                 temperature: PositiveFloat = 0.05, hierarchy_level: NonNegativeInt = 0, normalize_embeddings: bool = False):
+                 temperature: PositiveFloat = 0.05, hierarchy_level: NonNegativeInt = 0,
+                 normalize_embeddings: bool = False):
         super().__init__()
         if num_classes is None or embedding_size is None:
             raise ValueError("num_classes and embedding_size are required (the trainer fills them in "
