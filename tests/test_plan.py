@@ -105,6 +105,16 @@ def test_training_refuses_a_run_that_does_not_pin_a_parameter_of_the_code():
         catalog.check_run(run)
 
 
+def test_training_refuses_a_default_changed_in_code_without_rewriting_the_catalog(monkeypatch):
+    from rankrepro import losses
+
+    run = resolve_run("suprank_sop", {"name": "smooth_ap", "tau": 0.01})
+    _set_default(monkeypatch, losses.LOSSES.get("smooth_ap").builder, "include_query", False)
+    with pytest.raises(catalog.CatalogError, match=r"loss 'smooth_ap': parameters changed in code since .*catalog.json "
+                                                   r"was written.*python -m rankrepro catalog"):
+        catalog.check_run(run)
+
+
 @pytest.mark.parametrize("overrides, message", [
     ({"epochz": 3}, r"config run_overrides: \(top level\): Additional properties are not allowed \('epochz'"),
     ({"epochs": -1}, r"config run_overrides: epochs: -1 is less than the minimum of 1"),

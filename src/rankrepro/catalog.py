@@ -1,7 +1,7 @@
 """The catalog: a JSON snapshot of every registry, read by the planner without importing torch.
 
 ``catalog.json`` (beside this module) holds, for each kind of component (backbone,
-dataset, loss, model, optimizer, pooling, sampler, schedule), each registered name with
+dataset, loss, model, optimizer, pooling, sampler, schedule, synthetic, task), each registered name with
 its builder (``module:qualname``), fixed keywords, and parameters (default or
 ``required``, JSON types) -- and, for datasets, the facts the DAG needs (archive name,
 protocol, levels). The planner fills every default of a run from it, so a run's id
@@ -36,6 +36,7 @@ REGISTRIES = {
     "sampler": "rankrepro.data.samplers:SAMPLERS",
     "schedule": "rankrepro.engine.optim:SCHEDULES",
     "synthetic": "rankrepro.synthetic:SYNTHETIC",
+    "task": "rankrepro.engine.tasks:TASKS",
 }
 
 #: the component blocks of a run: key path -> (catalog kind, keys of the block that are not the
@@ -49,7 +50,7 @@ COMPONENTS = {
     ("loss",): ("loss", ("memory",)),
 }
 #: the values of a run that name a registered component: key path -> catalog kind
-NAME_REFS = {("dataset",): "dataset", ("model", "backbone"): "backbone"}
+NAME_REFS = {("dataset",): "dataset", ("model", "backbone"): "backbone", ("task",): "task"}
 
 
 class CatalogError(RuntimeError):
@@ -126,19 +127,30 @@ def check(path: str | Path | None = None) -> None:
                            + "\n  ".join(problems))
 
 
-def check_run(run: dict) -> None:
-    """Raise :class:`CatalogError` unless every component of ``run`` pins every parameter the code takes.
+def check_run(run: dict, path: str | Path | None = None) -> None:
+    """Raise :class:`CatalogError` unless every component of ``run`` pins every parameter the code takes
+    and the committed catalog (``path``, default ``catalog.json``) describes each of them as the code does
+    (parameter names, defaults, types, bounds, fixed keywords).
 
     A run planned with a stale catalog lacks the parameters added since (or has ones removed
-    since): its id does not describe what the code would do, so it must not train."""
+    since), or took defaults the code no longer has: its id does not describe what the code
+    would do, so it must not train."""
     from rankrepro.registry import ParameterError, UnknownNameError
 
-    for path, (kind, extra) in COMPONENTS.items():
+    committed = load(path)
+    for key_path, (kind, extra) in COMPONENTS.items():
         block = run
-        for key in path:
+        for key in key_path:
             block = block[key]
         params = {k: v for k, v in block.items() if k != "name" and k not in extra}
         try:
-            registry(kind).get(block["name"]).check(params, where=f"run {'.'.join(path)}", complete=True)
+            entry = registry(kind).get(block["name"])
+            entry.check(params, where=f"run {'.'.join(key_path)}", complete=True)
         except (ParameterError, UnknownNameError) as err:
             raise CatalogError(str(err)) from None
+        stored, current = committed.get(kind, {}).get(entry.name), entry.as_json()
+        if stored != current:
+            changed = diff({kind: {entry.name: stored}} if stored else {}, {kind: {entry.name: current}})
+            raise CatalogError(f"run {'.'.join(key_path)}: {kind} {entry.name!r}: parameters changed in code since "
+                               f"{path or CATALOG_PATH} was written ({'; '.join(changed)}): run `python -m rankrepro "
+                               "catalog`, commit it and plan again (run ids change where defaults changed)")

@@ -154,14 +154,11 @@ def cmd_plot(args) -> None:
 
 
 def cmd_plan(args) -> None:
-    import yaml
-
     from rankrepro.plan.build import plan_from_config, write_plan
-    from rankrepro.plan.schema import PlanError
+    from rankrepro.plan.schema import PlanError, load_yaml
 
-    config = yaml.safe_load(Path(args.config).read_text())
     try:  # validates the config as the Snakefile does (the same function)
-        plan = plan_from_config(config)
+        plan = plan_from_config(load_yaml(Path(args.config)))
     except PlanError as err:
         sys.exit(f"invalid plan: {err}")
     path = write_plan(plan, args.out).plan

@@ -1,4 +1,5 @@
-"""Atomic file writes (a killed job never leaves a half-written output) and the CSV text/table helpers."""
+"""Atomic file writes (a killed job never leaves a half-written output), the CSV text/table helpers and the
+one YAML loader of the package (:func:`load_yaml`: a key given twice is an error, not last-wins)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+import yaml
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -61,3 +64,50 @@ def read_csv_columns(path: str | Path, columns):
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing}")
     return df
+
+
+_BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster on many specs
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping that gives the same key twice (PyYAML would keep the last value silently)."""
+
+    def __init__(self, key, line: int, first_line: int):
+        super().__init__(problem=f"key {key!r} appears twice (first on line {first_line})")
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+class StrictLoader(_BASE_LOADER):
+    """The safe loader (libyaml's when installed) that refuses a key given twice in one mapping; a merge
+    key's (``<<: *anchor``) values may still be overridden, as YAML means them to be."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    if key in first:
+                        raise DuplicateKeyError(key, line, first[key])
+                    first[key] = line
+                except TypeError:  # an unhashable key: the base constructor reports it
+                    continue
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(path: str | Path, where: str | None = None):
+    """The YAML data of ``path`` (the safe loader); a :class:`ValueError` naming the file (``where``, default
+    ``path``) -- and the line of a key given twice, ``<file>:<line>: key 'k' appears twice (first on line
+    <n>)`` -- when it does not parse. OSError (a missing file) propagates."""
+    where = where or str(path)
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return yaml.load(text, Loader=StrictLoader)
+    except DuplicateKeyError as err:
+        raise ValueError(f"{where}:{err.line}: {err.problem}") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"{where}: not valid YAML: {err}") from None

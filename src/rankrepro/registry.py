@@ -9,7 +9,13 @@ A :class:`Registry` maps a name to a *builder* -- a class or a function -- plus 
 The builder's *parameters* are its keyword parameters, minus the fixed ones, minus the
 registry's ``context`` (arguments the caller supplies at build time, e.g. a sampler's
 ``labels`` and ``seed`` or a loss's ``num_classes``). Each parameter has a default
-(or is required) and a JSON type read from its annotation (or from its default).
+(or is required) and a JSON type read from its annotation (or from its default); a size is
+annotated with a bounded alias -- :data:`PositiveInt` (>= 1), :data:`NonNegativeInt` (>= 0),
+:data:`PositiveFloat` (> 0), :data:`NonNegativeFloat` (>= 0), also inside ``| None`` and as the
+items of ``list[...]``/``Sequence[...]`` -- and the catalog records the bound (``minimum`` or
+``exclusiveMinimum``, JSON Schema's words; ``items`` for a sequence), so a zero size fails the
+plan instead of the training. The aliases are read from the annotation's text: the builders'
+modules use ``from __future__ import annotations``.
 :meth:`Registry.build` checks the given parameters -- unknown names, missing required
 ones, wrong JSON types -- before calling the builder, and an unknown name lists the
 registered ones.
@@ -28,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 __all__ = ["Registry", "Entry", "Parameter", "signature_parameters", "UnknownNameError", "ParameterError", "json_types",
-           "check_json_type", "check_parameters"]
+           "check_json_type", "check_parameters", "PositiveInt", "NonNegativeInt", "PositiveFloat", "NonNegativeFloat"]
 
 
 class UnknownNameError(KeyError, ValueError):
@@ -44,9 +50,55 @@ class ParameterError(TypeError, ValueError):
 
 REQUIRED = inspect.Parameter.empty
 
+#: bounded sizes for annotations (``num_bins: PositiveInt = 10``, ``chunk_size: PositiveInt | None = None``)
+PositiveInt = int
+NonNegativeInt = int
+PositiveFloat = float
+NonNegativeFloat = float
+#: annotation token of a bounded alias -> (its plain token, its bound as JSON Schema keywords)
+_BOUNDED = {"PositiveInt": ("int", {"minimum": 1}), "NonNegativeInt": ("int", {"minimum": 0}),
+            "PositiveFloat": ("float", {"exclusiveMinimum": 0}), "NonNegativeFloat": ("float", {"minimum": 0})}
+
 # annotation token -> JSON types (``float`` accepts integers, as JSON numbers do)
 _TOKENS = {"int": ["integer"], "float": ["number"], "bool": ["boolean"], "str": ["string"], "None": ["null"],
            "list": ["array"], "tuple": ["array"], "dict": ["object"], "Sequence": ["array"]}
+_TOKENS.update({alias: _TOKENS[plain] for alias, (plain, _) in _BOUNDED.items()})
+
+
+def _annotation_bounds(annotation) -> dict:
+    """The bound of a size annotation (see the module docstring): ``{"minimum": 1}``,
+    ``{"items": {"minimum": 1}}`` for ``list[PositiveInt]``; {} when it names no bounded alias."""
+    if not isinstance(annotation, str):
+        return {}
+    for part in annotation.split("|"):
+        match = re.fullmatch(r"(\w+)(?:\[\s*(\w+).*\])?", part.strip())
+        if match is None:
+            continue
+        outer, inner = match.groups()
+        if outer in _BOUNDED:
+            return dict(_BOUNDED[outer][1])
+        if inner in _BOUNDED:
+            return {"items": dict(_BOUNDED[inner][1])}
+    return {}
+
+
+def bound_problem(value, bounds: dict) -> str | None:
+    """What is wrong with ``value`` under ``bounds`` (``minimum``, ``exclusiveMinimum``, ``items``), or None;
+    None, booleans and non-numbers are left to the type check."""
+    if "items" in bounds:
+        if isinstance(value, (list, tuple)) and any(bound_problem(v, bounds["items"]) for v in value):
+            return f"items must be {_bound_text(bounds['items'])}, got {list(value)!r}"
+        return None
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if ("minimum" in bounds and not value >= bounds["minimum"]) or \
+            ("exclusiveMinimum" in bounds and not value > bounds["exclusiveMinimum"]):
+        return f"must be {_bound_text(bounds)}, got {value!r}"
+    return None
+
+
+def _bound_text(bounds: dict) -> str:
+    return f">= {bounds['minimum']}" if "minimum" in bounds else f"> {bounds['exclusiveMinimum']}"
 
 
 def _annotation_types(annotation) -> list[str] | None:
@@ -98,12 +150,13 @@ class Parameter:
     default: Any = None
     required: bool = False
     types: list[str] | None = None  # None: any JSON value
+    bounds: dict = field(default_factory=dict)  # a size's bound (:func:`bound_problem`)
 
     def as_json(self) -> dict:
         out: dict = {"required": True} if self.required else {"default": self.default}
         if self.types:
             out["types"] = list(self.types)
-        return out
+        return {**out, **self.bounds}
 
 
 def signature_parameters(builder: Callable) -> list[inspect.Parameter]:
@@ -152,7 +205,7 @@ class Entry:
                 types = json_types(default) or None
                 if types == ["integer"]:
                     types = ["number"]  # an int default does not make a float value wrong... unless annotated
-            out[p.name] = Parameter(p.name, default, required, types)
+            out[p.name] = Parameter(p.name, default, required, types, _annotation_bounds(p.annotation))
         return out
 
     def check(self, params: dict, where: str = "", complete: bool = False) -> None:
@@ -165,8 +218,10 @@ class Entry:
         return {k: p.default for k, p in self.parameters().items() if not p.required}
 
     def as_json(self) -> dict:
-        """The entry as the catalog stores it: target, fixed keywords, parameters, accepts_any."""
-        return {"target": self.target, "fixed": self.fixed, "accepts_any": self.accepts_any,
+        """The entry as the catalog stores it: target, fixed keywords (a function as its
+        ``module:qualname``, e.g. a task's trainer), parameters, accepts_any."""
+        fixed = {k: f"{v.__module__}:{v.__qualname__}" if callable(v) else v for k, v in self.fixed.items()}
+        return {"target": self.target, "fixed": fixed, "accepts_any": self.accepts_any,
                 "parameters": {k: p.as_json() for k, p in self.parameters().items()}}
 
     def build(self, *args, context: dict | None = None, complete: bool = False, **params):
@@ -184,8 +239,8 @@ def check_parameters(kind: str, name: str, entry: dict, params: dict, where: str
     """Raise :class:`ParameterError` unless ``params`` suit ``entry`` (an entry as the catalog stores it).
 
     Unknown names (unless the builder takes ``**kwargs``), fixed keywords, missing required
-    parameters (every parameter when ``complete``) and values of the wrong JSON type fail,
-    the message prefixed by ``where``; ``partial`` skips the missing-parameter check."""
+    parameters (every parameter when ``complete``), values of the wrong JSON type and sizes out of
+    their bound fail, the message prefixed by ``where``; ``partial`` skips the missing-parameter check."""
     prefix = f"{where}: " if where else ""
     accepted = entry["parameters"]
     fixed = {k: v for k, v in entry["fixed"].items() if k in params}
@@ -206,6 +261,9 @@ def check_parameters(kind: str, name: str, entry: dict, params: dict, where: str
         if not check_json_type(value, types):
             raise ParameterError(f"{prefix}{kind} {name!r}: {key} must be {' or '.join(types)}, "
                                  f"got {value!r} ({' '.join(json_types(value)) or type(value).__name__})")
+        problem = bound_problem(value, accepted.get(key, {}))
+        if problem:
+            raise ParameterError(f"{prefix}{kind} {name!r}: {key} {problem}")
 
 
 class Registry:

@@ -11,9 +11,10 @@ import rankrepro.hgldv2
 from rankrepro.plan.batches import BatchError, train_batches
 from rankrepro.plan.build import plan_from_config, write_plan
 from rankrepro.plan.model import Plan, manifest_path
-from rankrepro.plan.schema import PlanError
+from rankrepro.plan.schema import PlanError, check_yaml_files
 
 try:  # validates config (the schema, its defaults filled in) as `python -m rankrepro plan` does
+    check_yaml_files(workflow.configfiles)  # Snakemake's own loader keeps the last of a key given twice
     _PLAN_JSON = plan_from_config(config)
 except PlanError as err:
     raise WorkflowError(f"invalid plan: {err}") from None

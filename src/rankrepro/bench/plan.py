@@ -26,6 +26,8 @@ from pathlib import Path
 
 import yaml
 
+from rankrepro.io import load_yaml
+
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -91,7 +93,7 @@ def run(out_dir="results/bench", repeats: int = 3, tables: int = 33, runs: int =
         wf = workflow_copy(Path(tmp))
         gen = generate(Path(tmp) / "gen", tables, runs)
         (wf / "gen.yaml").write_text(yaml.safe_dump(gen))
-        config = yaml.safe_load((wf / "config.yaml").read_text())
+        config = load_yaml(wf / "config.yaml")
         merged = {**config, **gen, "tables": {**config["tables"], **gen["tables"]}}  # as Snakemake merges them
         for label, extra, cfg in (("config.yaml", [], config), ("config.yaml + generated", ["--configfile", "gen.yaml"],
                                                                merged)):

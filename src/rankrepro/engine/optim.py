@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from rankrepro.registry import Registry
+from rankrepro.registry import NonNegativeFloat, PositiveInt, Registry
 
 OPTIMIZERS = Registry("optimizer", context=("groups",))
 SCHEDULES = Registry("schedule", context=("optimizer", "epochs"))
@@ -19,19 +19,19 @@ GROUP_KEYS = ("lr_backbone", "lr_head", "lr_loss")  # optimizer-block keys that 
 
 
 @OPTIMIZERS.register("adam")
-def adam(groups: list, weight_decay: float = 0.0, betas: tuple = (0.9, 0.999), eps: float = 1e-8):
+def adam(groups: list, weight_decay: NonNegativeFloat = 0.0, betas: tuple = (0.9, 0.999), eps: float = 1e-8):
     """``torch.optim.Adam`` (L2 penalty added to the gradient, as in the SupRank and Smooth-AP code)."""
     return torch.optim.Adam(groups, weight_decay=weight_decay, betas=tuple(betas), eps=eps)
 
 
 @OPTIMIZERS.register("adamw")
-def adamw(groups: list, weight_decay: float = 0.0, betas: tuple = (0.9, 0.999), eps: float = 1e-8):
+def adamw(groups: list, weight_decay: NonNegativeFloat = 0.0, betas: tuple = (0.9, 0.999), eps: float = 1e-8):
     """``torch.optim.AdamW`` (decoupled weight decay)."""
     return torch.optim.AdamW(groups, weight_decay=weight_decay, betas=tuple(betas), eps=eps)
 
 
 @OPTIMIZERS.register("sgd")
-def sgd(groups: list, weight_decay: float = 0.0, momentum: float = 0.9, nesterov: bool = False):
+def sgd(groups: list, weight_decay: NonNegativeFloat = 0.0, momentum: NonNegativeFloat = 0.9, nesterov: bool = False):
     """``torch.optim.SGD`` with momentum."""
     return torch.optim.SGD(groups, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov)
 
@@ -51,7 +51,7 @@ def build_optimizer(block: dict, model, criterion) -> torch.optim.Optimizer:
 
 
 @SCHEDULES.register("cosine")
-def cosine(optimizer, epochs: int, t_max: int | None = None, eta_min: float = 0.0):
+def cosine(optimizer, epochs: int, t_max: PositiveInt | None = None, eta_min: float = 0.0):
     """Cosine decay over ``t_max`` epochs (None: the run's number of epochs, as in SupRank's code)."""
     return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=t_max or epochs, eta_min=eta_min)
 

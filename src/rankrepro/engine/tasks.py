@@ -13,8 +13,8 @@ functions given as fixed keywords of the registration::
 ``retrieval`` (every run so far): :func:`rankrepro.engine.train.train` and
 :func:`rankrepro.engine.evaluate.evaluate`, scored under the manifest's protocol. Another task (a
 detector with its VOC evaluation, face retrieval with its templates) is another registration here
-and its name in the ``task`` enum of ``workflow/schemas/run.schema.yaml`` (a test keeps the two
-equal); the CLI's ``train``, ``train-batch`` and ``evaluate`` reach it through :func:`task_of`.
+and ``python -m rankrepro catalog`` (the planner checks a run's ``task`` against the catalog's
+``task`` entries); the CLI's ``train``, ``train-batch`` and ``evaluate`` reach it through :func:`task_of`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = ["TASKS", "Task", "DEFAULT_TASK", "task_of"]
 TASKS = Registry("task")
 
 #: the task of a run record without ``task`` (written before runs named their task; its run id is the
-#: same, :func:`rankrepro.experiments.plan.run_id` leaves the default task out of the hash)
+#: same, :func:`rankrepro.plan.complete.run_id` leaves the default task out of the hash)
 DEFAULT_TASK = "retrieval"
 
 

@@ -26,9 +26,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
-
-from rankrepro.io import atomic_write_json, atomic_write_text, csv_text
+from rankrepro.io import atomic_write_json, atomic_write_text, csv_text, load_yaml
 
 IRRELEVANT_FILE = Path(__file__).with_name("irrelevant_classes.yaml")
 SPLITS = ("train", "index")
@@ -46,10 +44,7 @@ PAPER = {
 def load_irrelevant(path: str | Path = IRRELEVANT_FILE) -> tuple[set[str], set[str]]:
     """(ids, names) of the irrelevant classes; a malformed entry names the file and its position."""
     path = Path(path)
-    try:
-        entries = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not valid YAML: {err}") from None
+    entries = load_yaml(path)
     if not isinstance(entries, list):
         raise ValueError(f"{path}: expected a list of {{id, name}} entries")
     ids, names = set(), set()

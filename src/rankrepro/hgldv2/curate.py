@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from rankrepro.io import (
     atomic_write_json,
     atomic_write_text,
     csv_text,
+    load_yaml,
     read_csv_columns,
 )
 
@@ -64,27 +64,10 @@ def norm(name: str) -> str:
     return " ".join(name.split())
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a mapping with a repeated key (PyYAML keeps the last silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice", key_node.start_mark)
-            if isinstance(key, (str, int, float, bool)):
-                seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
 def _load_yaml(path: Path):
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not valid YAML: {err}") from None
+    return load_yaml(path)
 
 
 def load_supercategories(path: str | Path = SUPERCATEGORIES_FILE) -> dict[str, str]:

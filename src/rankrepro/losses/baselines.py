@@ -48,6 +48,8 @@ from pytorch_metric_learning.utils import common_functions as pml_cf
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import nn
 
+from rankrepro.registry import PositiveFloat
+
 from .inputs import (
     attached_zero,
     check_class_range,
@@ -406,7 +408,7 @@ class MultiSimilarity(_Adapter):
     positive is itself still gets its negatives mined against s_ii = 1 (PML in-batch would
     mine none) — a negligible edge case."""
 
-    def __init__(self, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5,
+    def __init__(self, alpha: PositiveFloat = 2.0, beta: PositiveFloat = 50.0, base: float = 0.5,
                  mining: bool = True, epsilon: float = 0.1):
         super().__init__()
         _check_positive("alpha", alpha)
@@ -478,7 +480,7 @@ class ProxyNCA(_ProxyAdapter):
 register("proxy_nca", proxy_std=1.0)(ProxyNCA)
 
 
-def _nca_pp(num_classes: int, embedding_size: int, temperature: float = 1.0 / 9.0) -> ProxyNCA:
+def _nca_pp(num_classes: int, embedding_size: int, temperature: PositiveFloat = 1.0 / 9.0) -> ProxyNCA:
     """ProxyNCA with softmax scale 1/``temperature`` and proxies ~ N(0, 1/8²)."""
     _check_positive("temperature", temperature)
     loss = ProxyNCA(num_classes, embedding_size, softmax_scale=1.0 / float(temperature), proxy_std=1.0 / 8.0)
@@ -505,7 +507,7 @@ class NormalizedSoftmax(_ProxyAdapter):
     (PML: N(0, 1); the scale is removed by the normalisation). The proxy learning rate
     is the trainer's ``lr_loss`` (SupRank SOP/iNat: Adam 10, cosine to 0.1)."""
 
-    def __init__(self, num_classes: int, embedding_size: int, temperature: float = 0.05):
+    def __init__(self, num_classes: int, embedding_size: int, temperature: PositiveFloat = 0.05):
         super().__init__()
         _check_sizes(num_classes, embedding_size)
         _check_positive("temperature", temperature)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from rankrepro.registry import PositiveFloat
+
 from .inputs import attached_zero, drop_self, no_autocast, retrieval_lists
 from .rank import ap_head, relevant_ranks
 from .registry import compose, register
@@ -114,7 +116,7 @@ class RaMBORecallLoss(_BlackboxBase):
 
     def __init__(
         self,
-        lambda_val: float = 4.0,
+        lambda_val: PositiveFloat = 4.0,
         margin: float = 0.02,
         weight_fn: str = "loglog",
         reduction: str = "pairs",
@@ -186,7 +188,7 @@ class RaMBOMapLoss(_BlackboxBase):
 
     def __init__(
         self,
-        lambda_val: float = 4.0,
+        lambda_val: PositiveFloat = 4.0,
         margin: float = 0.02,
         random_margin: bool = True,
         interclass_coef: float = 1.0 / 3.0,

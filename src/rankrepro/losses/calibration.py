@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rankrepro.registry import NonNegativeInt, PositiveFloat
+
 from .inputs import check_batch, check_class_range, check_embeddings, check_lengths, level_labels, no_autocast
 from .registry import register
 
@@ -50,7 +52,7 @@ class CalibrationLoss(nn.Module):
     """
 
     def __init__(self, alpha: float = 0.9, beta: float = 0.6, reduction: str = "avg_non_zero",
-                 hierarchy_level: int = 0):
+                 hierarchy_level: NonNegativeInt = 0):
         super().__init__()
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {list(REDUCTIONS)}, got {reduction!r}")
@@ -103,7 +105,8 @@ class NormalizedSoftmaxDG(nn.Module):
     """
 
     def __init__(self, num_classes: int | None = None, embedding_size: int | None = None,
-                 temperature: float = 0.05, hierarchy_level: int = 0, normalize_embeddings: bool = False):
+                 temperature: PositiveFloat = 0.05, hierarchy_level: NonNegativeInt = 0,
+                 normalize_embeddings: bool = False):
         super().__init__()
         if num_classes is None or embedding_size is None:
             raise ValueError("num_classes and embedding_size are required (the trainer fills them in "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from pytorch_metric_learning import losses as pml_losses
 
+from rankrepro.registry import PositiveInt
+
 from .inputs import attached_zero, clear_self_pairs, keep_in_graph, no_autocast, retrieval_lists
 from .registry import register
 
@@ -37,7 +39,7 @@ class FastAP(torch.nn.Module):
     equals the in-batch value (test). Memory: an [L, B, N] tensor, like PML.
     """
 
-    def __init__(self, num_bins: int = 10):
+    def __init__(self, num_bins: PositiveInt = 10):
         super().__init__()
         if not (isinstance(num_bins, int) and num_bins >= 1):
             raise ValueError(f"num_bins must be an int >= 1, got {num_bins!r}")

@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from rankrepro.registry import PositiveFloat
+
 from .baselines import Triplet
 from .inputs import hierarchical_labels
 from .registry import LOSSES, compose, register
@@ -98,7 +100,7 @@ class ProxyLevelSum(_LevelSum):
     uses_ref_set = False
 
     def __init__(self, num_classes_per_level: list[int], embedding_size: int, proxy_loss: str = "normalized_softmax",
-                 temperature: float = 0.05, levels: list[int] | None = None, reduction: str = "mean"):
+                 temperature: PositiveFloat = 0.05, levels: list[int] | None = None, reduction: str = "mean"):
         super().__init__()
         counts = list(num_classes_per_level) if isinstance(num_classes_per_level, (list, tuple)) else None
         if not counts or not all(isinstance(c, int) and c >= 1 for c in counts):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from rankrepro.registry import PositiveFloat, PositiveInt
+
 from .rank import DEFAULT_MAX_ELEMENTS, RankingLoss
 from .steps import SigmoidStep
 from .registry import register
@@ -78,14 +80,14 @@ class PNPLoss(RankingLoss):
     def __init__(
         self,
         variant: str = "Dq",
-        tau: float = 0.01,
+        tau: PositiveFloat = 0.01,
         b: float | None = 4.0,
         alpha: float | None = 4.0,
         include_query: bool = True,
         dq_legacy_sign: bool = False,
-        index_blocks: int | None = None,
-        chunk_size: int | None = None,
-        max_elements: int = DEFAULT_MAX_ELEMENTS,
+        index_blocks: PositiveInt | None = None,
+        chunk_size: PositiveInt | None = None,
+        max_elements: PositiveInt = DEFAULT_MAX_ELEMENTS,
     ):
         if variant not in self.VARIANTS:
             raise ValueError(f"variant must be one of {', '.join(self.VARIANTS)}, got {variant!r}")

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from rankrepro.registry import PositiveInt
+
 from .inputs import attached_zero, no_autocast, retrieval_lists
 from .registry import compose, pick
 from .relevance import shared_levels
@@ -303,8 +305,8 @@ class RankingLoss(nn.Module):
 
     hierarchical = False
 
-    def __init__(self, *, step: Step, include_query: bool = True, chunk_size: int | None = None,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS):
+    def __init__(self, *, step: Step, include_query: bool = True, chunk_size: PositiveInt | None = None,
+                 max_elements: PositiveInt = DEFAULT_MAX_ELEMENTS):
         super().__init__()
         _check_chunk(chunk_size, max_elements)
         self.step = step

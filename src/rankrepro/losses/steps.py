@@ -38,6 +38,8 @@ import math
 
 import torch
 
+from rankrepro.registry import NonNegativeFloat, PositiveFloat
+
 __all__ = [
     "Step",
     "HeavisideStep",
@@ -140,7 +142,7 @@ class SigmoidStep(Step):
     has_deriv = True
     plus_has_deriv = True
 
-    def __init__(self, tau: float = 0.01):
+    def __init__(self, tau: PositiveFloat = 0.01):
         if not tau > 0:
             raise ValueError(f"tau must be > 0, got {tau}")
         self.tau = float(tau)
@@ -187,9 +189,9 @@ class SupRankStep(Step):
 
     def __init__(
         self,
-        tau: float = 0.01,
-        rho: float = 100.0,
-        delta: float = 0.05,
+        tau: PositiveFloat = 0.01,
+        rho: NonNegativeFloat = 100.0,
+        delta: NonNegativeFloat = 0.05,
         start: float = 0.5,
         offset: float | None = None,
         step_fix: str = "post_pr13",
@@ -284,7 +286,7 @@ class BlackboxStep(Step):
     sorting = True
     has_deriv = True
 
-    def __init__(self, lambda_val: float = 4.0):
+    def __init__(self, lambda_val: PositiveFloat = 4.0):
         if not (lambda_val > 0 and math.isfinite(lambda_val)):
             raise ValueError(f"lambda_val must be > 0, got {lambda_val}")
         self.lambda_val = float(lambda_val)

@@ -59,6 +59,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from rankrepro.registry import PositiveFloat, PositiveInt
+
 from .calibration import CalibrationLoss, NormalizedSoftmaxDG
 from .rank import DEFAULT_MAX_ELEMENTS, APLoss, RankingLoss, ap_head, ideal_dcg, ndcg_head, recall_head, stepped
 from .registry import compose, pick, register
@@ -85,9 +87,9 @@ class RecallLoss(RankingLoss):
 
     ``at_k`` = K, ``temp`` = tau* of the outer sigmoid; rank from ``step``."""
 
-    def __init__(self, *, step: Step, at_k: Sequence[int] = DEFAULT_AT_K, temp: float = 1.0,
-                 include_query: bool = True, chunk_size: int | None = None,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS):
+    def __init__(self, *, step: Step, at_k: Sequence[PositiveInt] = DEFAULT_AT_K, temp: PositiveFloat = 1.0,
+                 include_query: bool = True, chunk_size: PositiveInt | None = None,
+                 max_elements: PositiveInt = DEFAULT_MAX_ELEMENTS):
         super().__init__(step=step, include_query=include_query, chunk_size=chunk_size, max_elements=max_elements)
         at_k = tuple(int(k) for k in (at_k if isinstance(at_k, (list, tuple)) else [at_k]))
         if not at_k or min(at_k) < 1:
@@ -113,8 +115,8 @@ class HAPLoss(RankingLoss):
     hierarchical = True
 
     def __init__(self, *, step: Step, alpha: float = 1.0, relevance: str = "hap", weights: list | None = None,
-                 include_query: bool = True, chunk_size: int | None = None,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS):
+                 include_query: bool = True, chunk_size: PositiveInt | None = None,
+                 max_elements: PositiveInt = DEFAULT_MAX_ELEMENTS):
         super().__init__(step=step, include_query=include_query, chunk_size=chunk_size, max_elements=max_elements)
         if not alpha >= 0:
             raise ValueError(f"alpha (relevance exponent) must be >= 0, got {alpha}")
@@ -228,7 +230,7 @@ def _weight(lam: float = 0.1):
 
 
 def decomposability(decomposability: str = "proxy", num_classes: int | None = None,
-                    embedding_size: int | None = None, temperature: float = 0.05, alpha: float = 0.9,
+                    embedding_size: int | None = None, temperature: PositiveFloat = 0.05, alpha: float = 0.9,
                     beta: float = 0.6) -> nn.Module:
     """L_DG* (``"proxy"``: :class:`NormalizedSoftmaxDG`) or L_DG (``"pair"``: :class:`CalibrationLoss`)."""
     if decomposability not in DECOMPOSABILITY:
@@ -238,7 +240,7 @@ def decomposability(decomposability: str = "proxy", num_classes: int | None = No
     return NormalizedSoftmaxDG(num_classes=num_classes, embedding_size=embedding_size, temperature=temperature)
 
 
-def _proxy_dg(num_classes: int | None = None, embedding_size: int | None = None, temperature: float = 0.05):
+def _proxy_dg(num_classes: int | None = None, embedding_size: int | None = None, temperature: PositiveFloat = 0.05):
     return NormalizedSoftmaxDG(num_classes=num_classes, embedding_size=embedding_size, temperature=temperature)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from rankrepro.registry import PositiveInt
+
 from .inputs import attached_zero, drop_self, no_autocast, retrieval_lists
 from .registry import register
 
@@ -98,7 +100,7 @@ class TopKPrecisionLoss(torch.nn.Module):
 
     def __init__(
         self,
-        k: int = 5,
+        k: PositiveInt = 5,
         margin: float = 0.1,
         reduction: str = "class_sum",
         last_group_only: bool = False,

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rankrepro.registry import Registry
+from rankrepro.registry import PositiveFloat, Registry
 
 POOLINGS = Registry("pooling")
 
@@ -21,7 +21,7 @@ class GeM(nn.Module):
 
     input = "map"
 
-    def __init__(self, p: float = 3.0, eps: float = 1e-6, learnable: bool = True):
+    def __init__(self, p: PositiveFloat = 3.0, eps: float = 1e-6, learnable: bool = True):
         super().__init__()
         p_tensor = torch.tensor(float(p))
         self.p = nn.Parameter(p_tensor) if learnable else p_tensor

@@ -11,10 +11,10 @@ import copy
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
+from rankrepro import io
 
-__all__ = ["SCHEMA_DIR", "TEXT_HINT", "PlanError", "Schemas", "fill_schema_defaults", "first_error", "load_schema",
-           "load_yaml", "rel_path", "validate"]
+__all__ = ["SCHEMA_DIR", "TEXT_HINT", "PlanError", "Schemas", "check_yaml_files", "fill_schema_defaults", "first_error",
+           "load_schema", "load_yaml", "rel_path", "validate"]
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 
@@ -34,17 +34,23 @@ def rel_path(path: Path) -> str:
         return str(path)
 
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster on many specs
-
-
 def load_yaml(path: Path):
-    """The YAML data of ``path``; :class:`PlanError` naming the file when it cannot be read or parsed."""
+    """The YAML data of ``path`` (:func:`rankrepro.io.load_yaml`: a key given twice is an error);
+    :class:`PlanError` naming the file (and line) when it cannot be read or parsed."""
     try:
-        return yaml.load(Path(path).read_text(), Loader=_LOADER)
-    except yaml.YAMLError as err:
-        raise PlanError(f"{rel_path(Path(path))}: not valid YAML: {err}") from None
+        return io.load_yaml(path, rel_path(Path(path)))
+    except ValueError as err:
+        raise PlanError(str(err)) from None
     except OSError as err:
         raise PlanError(f"{path}: cannot read: {err.strerror}") from None
+
+
+def check_yaml_files(paths) -> None:
+    """Parse every file of ``paths`` with the package's loader: :class:`PlanError` naming the file and line
+    of a key given twice. For the config files Snakemake loads with its own loader (last key wins):
+    the workflow's bootstrap calls it on ``workflow.configfiles``."""
+    for path in paths:
+        load_yaml(Path(path))
 
 
 @lru_cache(maxsize=None)
@@ -53,7 +59,7 @@ def load_schema(name: str, schema_dir: str = str(SCHEMA_DIR)) -> dict:
     path = Path(schema_dir) / f"{name}.schema.yaml"
     if not path.is_file():
         raise PlanError(f"schema {path} not found (the package's schemas/ folder is missing)")
-    return yaml.load(path.read_text(), Loader=_LOADER)
+    return load_yaml(path)
 
 
 def strip_required(schema):

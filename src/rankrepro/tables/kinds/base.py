@@ -9,12 +9,16 @@ The index entry and HTML page here are those of a table of numbers (its CSV's ``
 
 - **cells**: all cells of the table; **cited** cells (rows the paper cites from other work) are
   not counted as to reproduce;
-- **reproduced**: cells with a number of ours;
+- **reproduced**: cells with a number of ours all of whose runs (``run_ids``, a sweep's
+  ``reference_run_ids`` too) have finished (a ``metrics.json``): a table rendered before its runs
+  changed (new run ids, a run removed) does not count its old numbers, so "reproduced" never
+  exceeds what the "runs finished" column allows;
 - **within 1 pt**: reproduced cells with a paper number and ``|ours − paper| ≤ 1.0`` (percent
   points; 0.01 in a column printed as a fraction, ``unit: fraction``; for a dataset statistics
   table, counts);
 - **pending**: cells with no number of ours, grouped by reason (the plan cell's ``pending``
-  string, else the CSV status, e.g. ``missing`` for a run not finished);
+  string, else the CSV status, e.g. ``missing`` for a run not finished -- also where the CSV has a
+  number of ours whose run has not finished);
 - **data**: ``replica`` when any number of ours comes from a generated replica, ``real`` when
   ours come from the real data, ``—`` when nothing is ours yet;
 - **hours**: the wall time of the table's runs (:func:`rankrepro.tables.index.run_hours`), summed
@@ -135,6 +139,9 @@ class TableKind:
         shared with other tables (see the module docstring)."""
         shared = shared or set()
         pending_of = {(c["row"], c["column"]): c.get("pending") for c in table.cells}
+        unfinished = {(c["row"], c["column"]) for c in table.cells  # runs absent from ``hours`` are not judged
+                      if any(r in hours and not hours[r]["finished"] for r in (*c.get("run_ids", ()),
+                                                                               *c.get("reference_run_ids", ())))}
         ncol = len(table.spec["columns"])
         reasons: Counter = Counter()
         counted = reproduced = within = cited = 0
@@ -144,13 +151,15 @@ class TableKind:
                 cited += 1
                 continue
             counted += 1
-            if row["ours"] is not None:
+            position = (i // ncol, i % ncol)
+            if row["ours"] is not None and position not in unfinished:
                 reproduced += 1
                 replica = (replica or False) or row.get("replica") == "True"
                 if row["paper"] is not None and abs(row["ours"] - row["paper"]) <= tolerance(row) + 1e-9:
                     within += 1
             else:
-                reasons[pending_of.get((i // ncol, i % ncol)) or row.get("status") or "missing"] += 1
+                stale = row["ours"] is not None  # rendered before a run of it was (re)planned
+                reasons[pending_of.get(position) or ("missing" if stale else row.get("status")) or "missing"] += 1
         used = [hours[r] for r in table.runs if r in hours]
         return {
             "paper": table.paper, "table": table.table, "kind": self.name, "has_runs": self.has_runs,

@@ -110,10 +110,11 @@ def mark_groups(spec: dict) -> list[list[int]]:
 
 def rank_marks(values: dict, better: str = "higher") -> dict:
     """``{key: BEST | SECOND}`` of ``values`` ({key: number or None}): the best value(s) and the
-    next distinct one(s); None is skipped; nothing is marked unless two values differ."""
+    next distinct one(s); None and NaN (a diverged run's metric) are skipped, never ranked;
+    nothing is marked unless two values differ."""
     if better not in ("higher", "lower"):
         raise ValueError(f"better must be 'higher' or 'lower', got {better!r}")
-    present = {k: v for k, v in values.items() if v is not None}
+    present = {k: v for k, v in values.items() if v is not None and v == v}  # v != v: NaN
     ranked = sorted(set(present.values()), reverse=better == "higher")
     if len(ranked) < 2:
         return {}
