@@ -58,6 +58,20 @@ def md_mark(text: str, mark: str) -> str:
     return f"**{text}**" if mark == BEST else f"<u>{text}</u>" if mark == SECOND else text
 
 
+def markdown_page(spec: dict, intro: str, replica_note: str | None, header: list[str], rows: list[list[str]],
+                  notes: list[str]) -> str:
+    """A table's Markdown page: its title line (paper, table, caption), ``intro``, the replica
+    warning when ``replica_note`` is given, the pipe table (``header`` and ``rows``, escaped) and
+    the distinct ``notes`` in order."""
+    lines = [f"# {spec['paper']} {spec['table']}: {spec['caption']}", "", intro, ""]
+    if replica_note:
+        lines += [f"> **Replica data.** {replica_note}", ""]
+    lines += [md_row(header), md_rule(len(header))] + [md_row(cells) for cells in rows]
+    if notes:
+        lines += ["", "Notes:"] + [f"- {n}" for n in dict.fromkeys(notes)]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------ CSV
 
 
@@ -140,6 +154,18 @@ def tex_text(text: str) -> str:
             last = m.end()
         out.append(tex_escape(part[last:]))
     return "".join(out)
+
+
+REPLICA_TEX = r" \emph{Replica data: ours is meaningless.}"
+
+
+def latex_table(caption_tex: str, colspec: str, body: list[str]) -> str:
+    """A booktabs table: ``\\begin{table}[t]``, centred, its (already escaped) caption, a tabular of
+    ``colspec`` holding ``body`` (header lines, ``\\midrule`` and rows, each line complete) between
+    ``\\toprule`` and ``\\bottomrule``."""
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{caption_tex}}}", r"\begin{tabular}{" + colspec + "}",
+             r"\toprule", *body, r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
 
 
 def tex_mark(text: str, mark: str) -> str:

@@ -17,7 +17,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from rankrepro.plan.schema import PlanError
-from rankrepro.tables.formats import md_row, md_rule, numbers_csv, tex_escape, write_outputs
+from rankrepro.tables.formats import REPLICA_TEX, latex_table, markdown_page, numbers_csv, tex_escape, write_outputs
 from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import KindPlan, TableError, TableKind, check_paper_counts
 
@@ -142,30 +142,21 @@ def statistics_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
     ncol = len(spec["columns"])
     header = ["Dataset", "Manifest splits"] + [f"{_column_title(c)} {part}" for c in spec["columns"]
                                                for part in ("paper", "ours", "Δ")]
-    lines = [f"# {spec['paper']} {spec['table']}: {spec['caption']}", "",
-             f"Source: {spec['source']}. Paper numbers beside ours, counted from the dataset manifests "
+    intro = (f"Source: {spec['source']}. Paper numbers beside ours, counted from the dataset manifests "
              "(results/manifests/<dataset>/); pooled splits (a + b) are summed; Δ = ours − paper; "
-             "— = no manifest yet (see notes).", ""]
-    if replica:
-        lines += [f"> **Replica data.** {STATISTICS_REPLICA_NOTE}", ""]
-    lines += [md_row(header), md_rule(len(header))]
-    notes = []
+             "— = no manifest yet (see notes).")
+    cells, notes = [], []
     for r, row in enumerate(spec["rows"]):
         entries = rows[r * ncol:(r + 1) * ncol]
         splits = " + ".join(entries[0]["splits"].split("+"))
-        cells = [row["name"], f"{row['dataset']}: {splits}"] + [part for e in entries for part in _stat_parts(e)]
-        lines.append(md_row(cells))
+        cells.append([row["name"], f"{row['dataset']}: {splits}"] + [part for e in entries for part in _stat_parts(e)])
         notes += sorted({e["status"] for e in entries if e["status"] != "ours"})
-    if notes:
-        lines += ["", "Notes:"] + [f"- {n}" for n in dict.fromkeys(notes)]
-    return "\n".join(lines) + "\n"
+    return markdown_page(spec, intro, STATISTICS_REPLICA_NOTE if replica else None, header, cells, notes)
 
 
 def statistics_latex(spec: dict, rows: list[dict], replica: bool) -> str:
     ncol = len(spec["columns"])
-    caption = tex_escape(spec["caption"]) + (r" \emph{Replica data: ours is meaningless.}" if replica else "")
-    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{caption}}}",
-             r"\begin{tabular}{ll" + "rrr" * ncol + "}", r"\toprule"]
+    lines = []
     if any(c.get("group") for c in spec["columns"]):
         lines.append(" & & " + " & ".join(rf"\multicolumn{{3}}{{c}}{{{tex_escape(c.get('group', ''))}}}"
                                            for c in spec["columns"]) + r" \\")
@@ -179,8 +170,7 @@ def statistics_latex(spec: dict, rows: list[dict], replica: bool) -> str:
             paper, ours, diff = _stat_parts(e)
             parts += [paper, "--" if e["ours"] is None else ours, diff]
         lines.append(" & ".join(parts) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
+    return latex_table(tex_escape(spec["caption"]) + (REPLICA_TEX if replica else ""), "ll" + "rrr" * ncol, lines)
 
 
 @TABLE_KINDS.register("dataset_statistics")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rankrepro.plan.complete import run_id
 from rankrepro.plan.schema import validate
-from rankrepro.tables.formats import (BEST, SECOND, group_spans, md_mark, md_row, md_rule, numbers_csv, paper_number,
+from rankrepro.tables.formats import (BEST, REPLICA_TEX, SECOND, group_spans, latex_table, markdown_page, md_mark, numbers_csv, paper_number,
                                       tex_escape, tex_mark, write_outputs)
 from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import REPLICA_NOTE, KindPlan, TableError, TableKind, check_paper_counts
@@ -186,34 +186,23 @@ def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
     ncol = len(spec["columns"])
     header = ["Method"] + [f"{c['group']} {c['header']} {part}" for c in spec["columns"]
                            for part in ("paper", "ours", "Δ")]
-    lines = [f"# {spec['paper']} {spec['table']}: {spec['caption']}", "",
-             f"Source: {spec['source']}. Paper numbers beside ours (percent unless a column says fraction); "
-             "Δ = ours − paper; "
-             "— = no run yet (see notes).", ""]
-    if replica:
-        lines += [f"> **Replica data.** {REPLICA_NOTE}", ""]
-    lines += [md_row(header), md_rule(len(header))]
-    notes = []
+    intro = (f"Source: {spec['source']}. Paper numbers beside ours (percent unless a column says fraction); "
+             "Δ = ours − paper; — = no run yet (see notes).")
+    cells, notes = [], []
     for r, row in enumerate(spec["rows"]):
         entries = rows[r * ncol:(r + 1) * ncol]
         method = row["method"] + (" (cited)" if row.get("cited") else "")
-        cells = [method] + [part for e in entries for part in (md_mark(paper_number(e["paper"], e["decimals"]),
-                                                                       e["paper_mark"]),
-                                                               md_mark(_ours(e), e["ours_mark"]), _diff(e))]
-        lines.append(md_row(cells))
+        cells.append([method] + [part for e in entries
+                                 for part in (md_mark(paper_number(e["paper"], e["decimals"]), e["paper_mark"]),
+                                              md_mark(_ours(e), e["ours_mark"]), _diff(e))])
         notes += sorted({e["status"] for e in entries if e["status"] not in ("ours", "cited")})
-    if notes:
-        lines += ["", "Notes:"] + [f"- {n}" for n in dict.fromkeys(notes)]
-    return "\n".join(lines) + "\n"
+    return markdown_page(spec, intro, REPLICA_NOTE if replica else None, header, cells, notes)
 
 
 def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
     ncol = len(spec["columns"])
     groups = group_spans(spec["columns"], 3)  # paper, ours, Δ
-    caption = tex_escape(spec["caption"]) + (r" \emph{Replica data: ours is meaningless.}" if replica else "")
-    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{caption}}}",
-             r"\begin{tabular}{l" + "rrr" * ncol + "}", r"\toprule",
-             "Method & " + " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{tex_escape(g)}}}" for g, n in groups) + r" \\",
+    lines = ["Method & " + " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{tex_escape(g)}}}" for g, n in groups) + r" \\",
              " & " + " & ".join(rf"\multicolumn{{3}}{{c}}{{{tex_escape(c['header'])}}}" for c in spec["columns"])
              + r" \\",
              " & " + " & ".join(["paper & ours & $\\Delta$"] * ncol) + r" \\", r"\midrule"]
@@ -225,8 +214,7 @@ def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
             parts += [tex_mark(paper_number(e["paper"], e["decimals"]), e["paper_mark"]),
                       tex_mark(ours, e["ours_mark"]), _diff(e)]
         lines.append(" & ".join(parts) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
+    return latex_table(tex_escape(spec["caption"]) + (REPLICA_TEX if replica else ""), "l" + "rrr" * ncol, lines)
 
 
 @TABLE_KINDS.register("runs")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 
 from rankrepro.plan.schema import PlanError
-from rankrepro.tables.formats import (csv_text, group_spans, html_text, md_row, md_rule, tex_text,
+from rankrepro.tables.formats import (csv_text, group_spans, html_text, latex_table, md_row, md_rule, tex_text,
                                       write_outputs)
 from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import KindPlan, TableKind, check_paper_counts
@@ -51,8 +51,7 @@ def static_markdown(spec: dict) -> str:
 def static_latex(spec: dict) -> str:
     """The paper's cells as a booktabs tabular (math kept, text escaped: :func:`tex_text`)."""
     columns = spec["columns"]
-    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{tex_text(spec['caption'])}}}",
-             r"\begin{tabular}{l" + "c" * len(columns) + "}", r"\toprule"]
+    lines = []
     if any(c.get("group") for c in columns):
         groups = group_spans(columns, 1)
         lines.append(" & " + " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{tex_text(g)}}}" for g, n in groups) + r" \\")
@@ -60,8 +59,7 @@ def static_latex(spec: dict) -> str:
               + r" \\", r"\midrule"]
     for row in spec["rows"]:
         lines.append(" & ".join(tex_text(t) for t in [row["method"], *row["cells"]]) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
+    return latex_table(tex_text(spec["caption"]), "l" + "c" * len(columns), lines)
 
 
 @TABLE_KINDS.register("static")

@@ -34,7 +34,7 @@ from rankrepro.plan.merge import get_path
 from rankrepro.plan.model import as_table_plan
 from rankrepro.plan.schema import PlanError, validate
 from rankrepro.plan.setups import sweep_layer
-from rankrepro.tables.formats import md_row, md_rule, numbers_csv, tex_escape, write_outputs
+from rankrepro.tables.formats import REPLICA_TEX, latex_table, md_row, md_rule, numbers_csv, tex_escape, write_outputs
 from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import REPLICA_NOTE, KindPlan, TableKind
 
@@ -235,9 +235,7 @@ def sweep_markdown(spec: dict, entries: list[dict], replica: bool) -> str:
 
 
 def sweep_latex(spec: dict, entries: list[dict], replica: bool) -> str:
-    caption = tex_escape(spec["caption"]) + (r" \emph{Replica data: ours is meaningless.}" if replica else "")
-    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{caption}}}", r"\begin{tabular}{lrrr}", r"\toprule",
-             r"value & paper & ours & $\Delta$ \\"]
+    lines = [r"value & paper & ours & $\Delta$ \\"]
     for panel, rows in _panel_entries(spec, entries):
         title = f"{tex_escape(panel['title'])}: {tex_escape(panel.get('header', panel['metric']))}"
         lines += [r"\midrule", rf"\multicolumn{{4}}{{l}}{{{title}}} \\"]
@@ -248,8 +246,7 @@ def sweep_latex(spec: dict, entries: list[dict], replica: bool) -> str:
                 f"{tex_escape(panel.get('label', panel['param']))} = {tex_escape(_value_text(e['value']))}",
                 "" if e["paper"] is None else f"{e['paper']:.1f}", ours,
                 "" if e["diff"] is None else f"{e['diff']:+.1f}"]) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
+    return latex_table(tex_escape(spec["caption"]) + (REPLICA_TEX if replica else ""), "lrrr", lines)
 
 
 def _pyplot():
