@@ -167,6 +167,7 @@ def test_trainer_runs_pca_init_for_a_fresh_run_only(tmp_path, manifest_dir, monk
     assert (tmp_path / "model.pt").exists()
 
 
+@pytest.mark.slow  # trains for seconds
 def test_random_projection_init_does_not_run_pca(tmp_path, manifest_dir, monkeypatch):
     run = pca_run()
     run["model"]["projection_init"] = "random"

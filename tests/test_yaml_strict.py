@@ -94,6 +94,7 @@ def test_the_plan_command_refuses_a_config_with_a_key_twice(tmp_path):
     assert out.returncode != 0 and "config.yaml:2: key 'tables' appears twice" in out.stderr
 
 
+@pytest.mark.slow  # starts snakemake
 def test_the_workflow_refuses_a_configfile_with_a_key_twice(tmp_path):
     from rankrepro.bench.plan import workflow_copy
 
