@@ -7,7 +7,7 @@
 
 rule image_cache:
     input:
-        manifest=lambda wildcards: manifest_meta(wildcards.dataset),
+        manifest="results/manifests/{dataset}/meta.json",
     output:
         "results/cache/{dataset}/s{size}/cache.json",
     params:

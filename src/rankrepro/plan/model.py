@@ -26,7 +26,10 @@ from rankrepro.plan.schema import PlanError
 from rankrepro.tables.kinds import spec_kind
 from rankrepro.tables.kinds.base import TableKind
 
-__all__ = ["Plan", "TablePlan", "as_table_plan", "metrics_path", "manifest_path"]
+__all__ = ["RUN_ID_KEY", "Plan", "TablePlan", "as_table_plan", "metrics_path", "manifest_path"]
+
+#: the key of a run.json that holds its run's id (:meth:`Plan.run_record`)
+RUN_ID_KEY = "id"
 
 #: the files a rendered table consists of
 TABLE_FORMATS = ("md", "csv", "tex")
@@ -138,6 +141,14 @@ class Plan:
         if self.hgldv2 is not None:
             out["hgldv2"] = self.hgldv2
         return out
+
+    def run_record(self, run_id: str, where: str = "the plan") -> dict:
+        """What ``results/runs/<id>/run.json`` holds: the complete run and its id under :data:`RUN_ID_KEY`
+        (a key the run schema does not allow in a run, so no run has it; the id hashes the run without it).
+        :class:`PlanError` naming ``where`` (the plan file) for an id that is not planned."""
+        if run_id not in self.runs:
+            raise PlanError(f"{where}: run {run_id} is not in the plan ({len(self.runs)} runs)")
+        return {**self.runs[run_id], RUN_ID_KEY: run_id}
 
     def table(self, key: str) -> TablePlan:
         """The table ``<paper>/<table>``; :class:`PlanError` naming the planned ones otherwise."""
