@@ -83,7 +83,8 @@ def _task(run_json: str | Path):
     return run, rid, task_of(run, where=str(run_json))
 
 
-def _train(args, run_json: str | Path, out_dir: Path, evaluate_out: str | Path | None, curve: str | Path | None) -> None:
+def _train(args, run_json: str | Path, out_dir: Path, evaluate_out: str | Path | None,
+           curve: str | Path | None) -> None:
     """Train the run of ``run_json`` into ``out_dir`` (model.pt, history.csv) and, with ``evaluate_out``,
     evaluate it into that metrics.json (and plot its curve)."""
     run, rid, task = _task(run_json)

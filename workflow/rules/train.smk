@@ -32,9 +32,8 @@ ruleorder: train > evaluate
 rule train:
     input:
         run="results/runs/{run_id}/run.json",
-        manifest=TARGETS.run_manifest,
-        cache=ancient(TARGETS.run_train_cache),  # a rebuilt cache does not retrain a finished run
-        eval_cache=ancient(TARGETS.run_fused_eval_cache),
+        manifest=TARGETS.train_manifest,
+        cache=ancient(TARGETS.train_caches),  # a rebuilt cache does not retrain a finished run
         batch=ancient(TARGETS.run_batch_record),  # runs_per_job > 1: the batch that staged its files
     output:
         **train_outputs(),

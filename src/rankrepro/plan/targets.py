@@ -195,9 +195,17 @@ class WorkflowTargets:
         """The cache.json the evaluation waits for (none: it reads the originals)."""
         return self._cache_inputs(wildcards.run_id, "evaluate")
 
-    def run_fused_eval_cache(self, wildcards) -> list[str]:
-        """The evaluation's cache.json when the train job evaluates too (runtime.evaluate_in_train_job), else nothing."""
-        return self.run_eval_cache(wildcards) if self.runtime["evaluate_in_train_job"] else []
+    def train_manifest(self, wildcards) -> list[str]:
+        """The manifest the train job reads (none with runtime.runs_per_job > 1: its batch job read it)."""
+        return [] if self.batched else [self.run_manifest(wildcards)]
+
+    def train_caches(self, wildcards) -> list[str]:
+        """The cache.json files the train job reads: its training's, and its evaluation's with
+        runtime.evaluate_in_train_job (none with runtime.runs_per_job > 1: its batch job read them)."""
+        if self.batched:
+            return []
+        evaluation = self.run_eval_cache(wildcards) if self.runtime["evaluate_in_train_job"] else []
+        return self.run_train_cache(wildcards) + evaluation
 
     def run_eval_cache_args(self, wildcards) -> list[str]:
         """``--image-cache <folder>`` for the evaluate command, as a list (each element quoted by the rule)."""
@@ -241,7 +249,8 @@ class WorkflowTargets:
 
     def _batch_key(self, run_id: str) -> tuple:
         """What runs of one batch share: the dataset and the image caches of training and evaluation."""
-        return self.run(run_id)["dataset"], (self.run_cache_dir(run_id, "train"), self.run_cache_dir(run_id, "evaluate"))
+        caches = (self.run_cache_dir(run_id, "train"), self.run_cache_dir(run_id, "evaluate"))
+        return self.run(run_id)["dataset"], caches
 
     def batch_runs(self, wildcards) -> list[str]:
         """The run ids of training batch ``wildcards.batch``."""
@@ -356,7 +365,8 @@ class WorkflowTargets:
         """Everything results/README.md summarises or links: every table's CSV, the runs' records, the
         synthetic results, the H-GLDv2 comparison, and the figures it links."""
         return (self.table_outputs()
-                + [f"{run_dir(rid)}/{name}" for rid in self.plan.table_runs() for name in ("history.csv", "metrics.json")]
+                + [f"{run_dir(rid)}/{name}" for rid in self.plan.table_runs()
+                   for name in ("history.csv", "metrics.json")]
                 + self.synthetic_outputs() + self.hgldv2_outputs() + self.report_outputs())
 
     def sweep_tables(self) -> list[str]:
@@ -396,7 +406,8 @@ class WorkflowTargets:
     def gldv2_metadata(self, wildcards=None) -> str:
         """The folder holding the GLDv2 metadata CSVs: <extracted>/metadata or downloads/<source>/metadata."""
         extracted = self.dataset("gldv2")["config"]["extracted"]
-        return f"{extracted}/metadata" if extracted else f"{self.data_root}/downloads/{self.source_of('gldv2')}/metadata"
+        downloads = f"{self.data_root}/downloads/{self.source_of('gldv2')}"
+        return f"{extracted}/metadata" if extracted else f"{downloads}/metadata"
 
     def hgldv2_scrape_args(self, wildcards) -> list[str]:
         """The scrape's API options (hgldv2.api), as a list."""
