@@ -78,8 +78,10 @@ def test_a_runs_image_caches_are_those_its_transforms_read(plan):
     assert t.train_manifest(W(run_id=cached)) == [t.run_manifest(W(run_id=cached))]
     assert t.run_train_cache(W(run_id=uncached)) == [] and t.run_eval_cache_args(W(run_id=uncached)) == []
     assert targets(plan, image_cache=False).run_train_cache(W(run_id=cached)) == []
-    with pytest.raises(TargetError, match=rf"run sop-x-0123456789 is not in the plan \({PLAN_FILE}\)"):
-        t.run_manifest(W(run_id="sop-x-0123456789"))
+    assert t.run_plan_file(W(run_id=cached)) == PLAN_FILE
+    for method in (t.run_manifest, t.run_plan_file):
+        with pytest.raises(TargetError, match=rf"run sop-x-0123456789 is not in the plan \({PLAN_FILE}\)"):
+            method(W(run_id="sop-x-0123456789"))
 
 
 def test_the_train_command_of_a_run_and_of_a_fused_run(plan):
@@ -146,6 +148,9 @@ def test_tables_sweeps_report_and_index(plan):
     t = targets(plan)
     table = W(paper="suprank", table="table1")
     assert t.table_plan(table) == "results/plan/tables/suprank/table1.json"
+    files = {key: f"plans/{key}.0123.json" for key in plan.tables}
+    assert WorkflowTargets(plan, {"data_root": "data", "runtime": RUNTIME}, PLAN_FILE, files).table_plan(table) == \
+        "plans/suprank/table1.0123.json"
     assert t.table_inputs(table) == [f"results/runs/{rid}/metrics.json" for rid in plan.tables["suprank/table1"].runs]
     assert t.table_labels(table) == {"table": "table1", "kind": "runs"}
     assert t.table_inputs(W(paper="smooth_ap", table="table1")) == [

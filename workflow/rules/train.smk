@@ -10,7 +10,7 @@
 
 rule run_config:
     input:
-        plan=ancient(PLAN_FILE),  # a run's content is fixed by its id: a new plan never rewrites run.json
+        plan=ancient(TARGETS.run_plan_file),  # a run's content is fixed by its id: a new plan never rewrites run.json
     output:
         "results/runs/{run_id}/run.json",
     log:

@@ -55,11 +55,13 @@ def run_cache_size(run: dict) -> int | None:
 
 
 class WorkflowTargets:
-    """The paths and arguments of the workflow's jobs for ``plan`` (written to ``plan_file``) under
-    ``config`` (its ``data_root`` and ``runtime`` blocks, as the config schema completes them)."""
+    """The paths and arguments of the workflow's jobs for ``plan`` (written to ``plan_file``, each table's
+    plan to ``table_files[key]``, by default ``results/plan/tables/<key>.json``) under ``config`` (its
+    ``data_root`` and ``runtime`` blocks, as the config schema completes them)."""
 
-    def __init__(self, plan: Plan, config: dict, plan_file: str):
+    def __init__(self, plan: Plan, config: dict, plan_file: str, table_files: dict[str, str] | None = None):
         self.plan, self.plan_file = plan, plan_file
+        self.table_files = table_files or {key: f"results/plan/tables/{key}.json" for key in plan.tables}
         self.data_root, self.runtime = config["data_root"], config["runtime"]
         self.hgldv2 = plan.hgldv2
         #: {source: the planned datasets that use its files}; the download rule runs once per source
@@ -162,6 +164,11 @@ class WorkflowTargets:
         if run_id not in self.plan.runs:
             raise TargetError(f"run {run_id} is not in the plan ({self.plan_file})")
         return self.plan.runs[run_id]
+
+    def run_plan_file(self, wildcards) -> str:
+        """The plan file that run.json is written from (an unplanned run id fails the dry run)."""
+        self.run(wildcards.run_id)
+        return self.plan_file
 
     def run_manifest(self, wildcards) -> str:
         return manifest_path(self.run(wildcards.run_id)["dataset"])
@@ -304,10 +311,9 @@ class WorkflowTargets:
 
     # -- tables, tracking, the index and the report (tables.smk, sweeps.smk) -------------------------
 
-    @staticmethod
-    def table_plan(wildcards) -> str:
-        """The plan of table {paper}/{table}: results/plan/tables/<paper>/<table>.json."""
-        return f"results/plan/tables/{wildcards.paper}/{wildcards.table}.json"
+    def table_plan(self, wildcards) -> str:
+        """The plan file of table {paper}/{table} (what the table rule renders)."""
+        return self.table_files[self.planned_table(wildcards).key]
 
     def planned_table(self, wildcards):
         """The plan of table {paper}/{table} (rankrepro.plan.model.TablePlan)."""
