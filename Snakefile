@@ -40,12 +40,12 @@ include: "workflow/rules/hgldv2.smk"
 
 rule all:
     input:
-        manifest_outputs(),
-        table_outputs(),
-        sweep_outputs(),
-        synthetic_outputs(),
-        hgldv2_outputs(),
+        TARGETS.manifest_outputs(),
+        TARGETS.table_outputs(),
+        TARGETS.sweep_outputs(),
+        TARGETS.synthetic_outputs(),
+        TARGETS.hgldv2_outputs(),
         "results/mlflow/imported.json",
-        report_outputs(),
+        TARGETS.report_outputs(),
         "results/README.md",
     default_target: True

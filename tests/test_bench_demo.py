@@ -8,15 +8,15 @@ job                          count
 -------------------------  -------
 all                                1
 table                             39
-train_batch_cub_0                  1
-train_batch_sop_merge3_0           1
-total                             42
+train                              3
+train_batch                        2
+total                             45
 
 Reasons:
 """
 
 
-def test_the_job_stats_are_read_and_the_batches_share_a_row():
+def test_the_job_stats_are_read_one_row_per_rule():
     jobs = job_counts(DRY_RUN)
-    assert jobs == {"all": 1, "table": 39, "train_batch_cub_0": 1, "train_batch_sop_merge3_0": 1, "total": 42}
-    assert rule_rows(jobs) == {"all": 1, "table": 39, "train_batch_<dataset>_<k>": 2}
+    assert jobs == {"all": 1, "table": 39, "train": 3, "train_batch": 2, "total": 45}
+    assert rule_rows(jobs) == {"all": 1, "table": 39, "train": 3, "train_batch": 2}

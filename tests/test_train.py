@@ -163,7 +163,7 @@ def _write_run(folder, run):
 
 @pytest.mark.slow
 def test_a_batch_trains_each_run_as_its_own_job_would(tmp_path, manifest_dir):
-    """runtime.runs_per_job: `train-batch` over two runs writes, for each, the files and the metrics
+    """runtime.runs_per_job: `train-batch` over two runs stages, for each, the files and the metrics
     a one-run `train --evaluate-out` job writes (each run seeds itself; order does not matter)."""
     from rankrepro.cli import main
 
@@ -176,9 +176,10 @@ def test_a_batch_trains_each_run_as_its_own_job_would(tmp_path, manifest_dir):
               "--curve", f"{tmp_path}/single/r{k}/curve.png"])
         singles.append(json.loads((tmp_path / "single" / f"r{k}" / "metrics.json").read_text())["metrics"])
     batch = [_write_run(tmp_path / "batch" / f"r{k}", run) for k, run in reversed(list(enumerate(runs)))]
-    main(["train-batch", "--runs", *batch, *common])
+    main(["train-batch", "--runs", *batch, "--staged", str(tmp_path / "staged"), "--out",
+          str(tmp_path / "batch.json"), *common])
     for k in range(2):
-        folder = tmp_path / "batch" / f"r{k}"
+        folder = tmp_path / "staged" / f"r{k}"
         assert {p.name for p in folder.iterdir()} >= {"model.pt", "history.csv", "metrics.json", "curve.png"}
         assert json.loads((folder / "metrics.json").read_text())["metrics"] == singles[k]
     assert singles[0] != singles[1]  # the seeds matter, so the comparison can fail

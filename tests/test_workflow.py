@@ -27,7 +27,7 @@ def smk(cwd, *args, timeout=300):
 @pytest.mark.slow
 @pytest.mark.parametrize("profile", [[], ["--profile", "profiles/demo"]], ids=["full", "demo"])
 def test_lint_reports_nothing(tmp_path, profile):
-    """The full config's rules, and the demo's (its training batches: train_batch_<dataset>_<k>)."""
+    """The full config's rules, and the demo's (its training batches: rule train_batch)."""
     result = smk(workflow_copy(tmp_path), "--lint", *profile)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Lints for" not in result.stdout + result.stderr

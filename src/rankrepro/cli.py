@@ -45,9 +45,17 @@ def cmd_prepare(args) -> None:
 
 
 def cmd_write_run(args) -> None:
+    """Write run ``--run-id`` as its run.json from its plan file ``--plan`` (results/plan/runs/<id>.json:
+    the run and its ``id``), checked to hold that run (its id, and a content that hashes to it)."""
     from rankrepro.io import atomic_write_json
+    from rankrepro.plan.model import check_run_record
+    from rankrepro.plan.schema import PlanError
 
-    atomic_write_json(args.out, json.loads(args.run))
+    try:
+        record = check_run_record(_json(args.plan), args.plan, args.run_id)
+    except PlanError as err:
+        sys.exit(str(err))
+    atomic_write_json(args.out, record)
 
 
 def _threads(n: int | None) -> None:
@@ -65,52 +73,81 @@ def cmd_cache(args) -> None:
     print(json.dumps(record))
 
 
-def _task(run_json: str):
-    """The run record at ``run_json`` and its task (:mod:`rankrepro.engine.tasks`: its trainer and evaluator)."""
+def _task(run_json: str | Path):
+    """The run record at ``run_json`` (``results/runs/<id>/run.json``), its id (the folder's name, which its
+    ``id`` key must match where it has one) and its task (:mod:`rankrepro.engine.tasks`: trainer and evaluator)."""
     from rankrepro.engine.tasks import task_of
 
-    run = _json(run_json)
-    return run, task_of(run, where=run_json)
+    run, rid = _json(run_json), Path(run_json).parent.name
+    if run.get("id", rid) != rid:
+        raise ValueError(f"{run_json}: id {run['id']!r} is not the run's folder name {rid!r}")
+    return run, rid, task_of(run, where=str(run_json))
+
+
+def _train(args, run_json: str | Path, out_dir: Path, evaluate_out: str | Path | None,
+           curve: str | Path | None) -> None:
+    """Train the run of ``run_json`` into ``out_dir`` (model.pt, history.csv) and, with ``evaluate_out``,
+    evaluate it into that metrics.json (and plot its curve)."""
+    run, rid, task = _task(run_json)
+    model = task.train(run, args.manifest, out_dir, device=args.device, num_workers=args.num_workers, run_id=rid,
+                       progress=not args.no_progress, image_cache=args.image_cache)
+    if evaluate_out:  # the evaluation transform's cache, or the originals
+        _evaluate(args, run_json, model, evaluate_out, args.eval_image_cache, curve, out_dir / "history.csv")
 
 
 def cmd_train(args) -> None:
     _threads(args.threads)
-    run_path = Path(args.run)
-    run, task = _task(args.run)
-    model = task.train(run, args.manifest, run_path.parent, device=args.device, num_workers=args.num_workers,
-                       run_id=run_path.parent.name, progress=not args.no_progress, image_cache=args.image_cache)
-    if args.evaluate_out:  # the evaluation transform's cache, or the originals
-        _evaluate(args, model, args.evaluate_out, args.eval_image_cache)
+    _train(args, args.run, Path(args.run).parent, args.evaluate_out, args.curve)
 
 
 def cmd_train_batch(args) -> None:
-    """Train, then evaluate, each ``--runs`` run in turn in this process (runtime.runs_per_job):
-    each writes model.pt, history.csv, metrics.json and curve.png beside its run.json, as a
-    one-run ``train --evaluate-out`` job would."""
-    for run in args.runs:
-        run_dir = Path(run).parent
-        print(f"== run {run_dir.name}", flush=True)
-        cmd_train(argparse.Namespace(**{**vars(args), "run": run, "evaluate_out": str(run_dir / "metrics.json"),
-                                        "curve": str(run_dir / "curve.png")}))
+    """Train, then evaluate, each ``--runs`` run not staged yet, in turn in this process
+    (runtime.runs_per_job; :func:`rankrepro.engine.batch.train_batch`): each writes model.pt,
+    history.csv, metrics.json and curve.png into ``<staged>/<id>/`` as a one-run
+    ``train --evaluate-out`` job writes them beside its run.json; then the batch record ``--out``.
+    Exit status 1, naming each failed run and its error, when any failed."""
+    from rankrepro.engine.batch import BatchRunsFailed, train_batch
+
+    _threads(args.threads)
+
+    def train_one(run_json: Path, out_dir: Path) -> None:
+        _train(args, run_json, out_dir, out_dir / "metrics.json", out_dir / "curve.png")
+
+    try:
+        record = train_batch(args.runs, args.staged, args.out, train_one)
+    except BatchRunsFailed as err:
+        sys.exit(str(err))
+    print(f"{args.out}: {len(record['runs'])} runs staged")
+
+
+def cmd_adopt(args) -> None:
+    """Put a run's files, staged by its training batch, into its folder (no torch)."""
+    from rankrepro.engine.batch import AdoptError, adopt
+
+    try:
+        files = adopt(args.batch, args.run_id, args.out)
+    except AdoptError as err:
+        sys.exit(str(err))
+    print(f"{args.out}: {', '.join(f.name for f in files)} from {args.batch}")
 
 
 def cmd_evaluate(args) -> None:
     _threads(args.threads)
-    _evaluate(args, args.model, args.out, args.image_cache)
+    _evaluate(args, args.run, args.model, args.out, args.image_cache, args.curve, Path(args.run).parent / "history.csv")
 
 
-def _evaluate(args, model, out, image_cache: str | None) -> None:
-    """Evaluate ``args.run``'s ``model`` into ``out`` (metrics.json) with its task's evaluator, its datasets
-    read from ``image_cache`` (None: the originals), and, with ``--curve``, plot the run's training curve
-    (history.csv beside run.json, the final metrics in the title)."""
-    run, task = _task(args.run)
+def _evaluate(args, run_json, model, out, image_cache: str | None, curve, history) -> None:
+    """Evaluate the ``model`` of the run of ``run_json`` into ``out`` (metrics.json) with its task's
+    evaluator, its datasets read from ``image_cache`` (None: the originals), and, with ``curve``, plot
+    the run's training curve (its ``history`` csv, the final metrics in the title)."""
+    run, rid, task = _task(run_json)
     result = task.evaluate(run, args.manifest, model, out, device=args.device, num_workers=args.num_workers,
-                           batch_size=args.batch_size, run_id=Path(args.run).parent.name, progress=not args.no_progress,
+                           batch_size=args.batch_size, run_id=rid, progress=not args.no_progress,
                            image_cache=image_cache)
-    if args.curve:
+    if curve:
         from rankrepro.tables.plots import training_curve
 
-        training_curve(Path(args.run).parent / "history.csv", args.curve, metrics_json=out)
+        training_curve(history, curve, metrics_json=out)
     print(json.dumps(result["metrics"]))
 
 
@@ -236,9 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replica", action="store_true", help="the source is a generated replica")
     p.set_defaults(func=cmd_prepare)
 
-    p = sub.add_parser("write-run", help="write a resolved run's JSON")
-    p.add_argument("--run", required=True, help="the run as JSON text")
-    p.add_argument("--out", required=True)
+    p = sub.add_parser("write-run", help="write a planned run's run.json (the run and its id)")
+    p.add_argument("--plan", required=True, help="the run's plan file, results/plan/runs/<run_id>.json")
+    p.add_argument("--run-id", required=True, help="a run id of that plan")
+    p.add_argument("--out", required=True, help="results/runs/<run_id>/run.json")
     p.set_defaults(func=cmd_write_run)
 
     for name, func, help_text in (("train", cmd_train, "train one run (resumes from its checkpoint)"),
@@ -267,6 +305,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train-batch", help="train and evaluate several runs of one dataset in one process "
                        "(runtime.runs_per_job)")
     p.add_argument("--runs", nargs="+", required=True, help="results/runs/<run_id>/run.json of each run")
+    p.add_argument("--staged", required=True, help="where each run is trained: <staged>/<run_id>/ "
+                   "(results/batches/staged; a run staged already is not trained again)")
+    p.add_argument("--out", required=True, help="the batch record, written once every run is staged: "
+                   "results/batches/<batch>/batch.json")
     p.add_argument("--manifest", required=True, help="manifest directory (the runs' dataset)")
     p.add_argument("--device", default="auto")
     p.add_argument("--num-workers", type=int, default=0)
@@ -276,6 +318,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-image-cache", help="the evaluation transform's image cache (default: the originals)")
     p.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
     p.set_defaults(func=cmd_train_batch)
+
+    p = sub.add_parser("adopt", help="put a run's files, staged by its training batch, into its folder "
+                       "(hard links or copies, atomically)")
+    p.add_argument("--batch", required=True, help="the batch record: results/batches/<batch>/batch.json")
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--out", required=True, help="results/runs/<run_id>")
+    p.set_defaults(func=cmd_adopt)
 
     p = sub.add_parser("cache", help="write a manifest's images with the shorter side resized to --size "
                        "(JPEG q95; resumable; cache.json last)")

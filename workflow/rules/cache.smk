@@ -7,11 +7,11 @@
 
 rule image_cache:
     input:
-        manifest=lambda wildcards: manifest_meta(wildcards.dataset),
+        manifest="results/manifests/{dataset}/meta.json",
     output:
         "results/cache/{dataset}/s{size}/cache.json",
     params:
-        manifest="results/manifests/{dataset}",
+        manifest=lambda wildcards, input: os.path.dirname(input.manifest),
         out="results/cache/{dataset}/s{size}",
     wildcard_constraints:
         size="[1-9][0-9]*",

@@ -6,8 +6,8 @@ rule replica:
     output:
         f"{DATA_ROOT}/replicas/{{source}}/replica.json",
     params:
-        dataset=source_dataset,
-        out_dir=f"{DATA_ROOT}/replicas/{{source}}",
+        dataset=TARGETS.source_dataset,
+        out_dir=TARGETS.replica_dir,
     log:
         "results/logs/replica/{source}.log",
     conda:
@@ -26,13 +26,13 @@ rule replica:
 # put in place; with --keep-going the rest of the DAG still runs.
 rule download:
     input:
-        download_input,
+        TARGETS.download_input,
     output:
         f"{DATA_ROOT}/downloads/{{source}}/download.json",
     params:
-        dataset=source_dataset,
-        data_root=download_data_root,
-        args=download_args,
+        dataset=TARGETS.source_dataset,
+        data_root=TARGETS.download_data_root,
+        args=TARGETS.download_args,
     log:
         "results/logs/download/{source}.log",
     conda:
@@ -50,13 +50,13 @@ rule download:
 # derived dataset (sop_merge3) is built from its base's manifest.
 rule prepare:
     input:
-        prepare_input,
+        TARGETS.prepare_input,
     output:
         manifest="results/manifests/{dataset}/manifest.csv",
         meta="results/manifests/{dataset}/meta.json",
     params:
-        source=prepare_source,
-        flags=prepare_flags,
+        source=TARGETS.prepare_source,
+        flags=TARGETS.prepare_flags,
         data_root=DATA_ROOT,
         out="results/manifests/{dataset}",
     log:

@@ -1,34 +1,33 @@
 # Embed the evaluation splits with the trained model (protocol from the manifest);
 # exact k-NN metrics -> metrics.json, and the run's training curve for the report (in the same job).
-# runtime.evaluate_in_train_job: the train job does all this (train.smk), and there is no evaluate rule.
+# With runtime.evaluate_in_train_job the train job writes these files too, and `ruleorder: train >
+# evaluate` (train.smk) makes it their job: this rule then runs for no run.
 
 
-if not RUNTIME["evaluate_in_train_job"]:
-
-    rule evaluate:
-        input:
-            run="results/runs/{run_id}/run.json",
-            model="results/runs/{run_id}/model.pt",
-            manifest=run_manifest,
-            cache=ancient(run_eval_cache),
-        output:
-            **evaluate_outputs(),
-        params:
-            manifest=run_manifest_dir,
-            device=RUNTIME["device"],
-            workers=RUNTIME["num_workers"],
-            batch_size=RUNTIME["eval_batch_size"],
-            cache=run_eval_cache_args,
-        log:
-            "results/logs/evaluate/{run_id}.log",
-        conda:
-            "../../envs/train.yaml"
-        threads: 8
-        resources:
-            gpu=1,
-            mem_mb=32000,
-            runtime=2 * 60,
-        shell:
-            "python -m rankrepro evaluate --run {input.run:q} --model {input.model:q} --manifest {params.manifest:q}"
-            " --out {output.metrics:q} --curve {output.curve:q} --device {params.device:q} --num-workers {params.workers:q}"
-            " --batch-size {params.batch_size:q} --threads {threads:q} {params.cache:q} > {log:q} 2>&1"
+rule evaluate:
+    input:
+        run="results/runs/{run_id}/run.json",
+        model="results/runs/{run_id}/model.pt",
+        manifest=TARGETS.run_manifest,
+        cache=ancient(TARGETS.run_eval_cache),
+    output:
+        **evaluate_outputs(),
+    params:
+        manifest=TARGETS.run_manifest_dir,
+        device=RUNTIME["device"],
+        workers=RUNTIME["num_workers"],
+        batch_size=RUNTIME["eval_batch_size"],
+        cache=TARGETS.run_eval_cache_args,
+    log:
+        "results/logs/evaluate/{run_id}.log",
+    conda:
+        "../../envs/train.yaml"
+    threads: 8
+    resources:
+        gpu=1,
+        mem_mb=32000,
+        runtime=2 * 60,
+    shell:
+        "python -m rankrepro evaluate --run {input.run:q} --model {input.model:q} --manifest {params.manifest:q}"
+        " --out {output.metrics:q} --curve {output.curve:q} --device {params.device:q} --num-workers {params.workers:q}"
+        " --batch-size {params.batch_size:q} --threads {threads:q} {params.cache:q} > {log:q} 2>&1"

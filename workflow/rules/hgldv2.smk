@@ -1,23 +1,23 @@
 # H-GLDv2 rebuilt (SupRank TPAMI §VI; src/rankrepro/hgldv2): scrape -> clean -> cluster -> curate
 # -> compare, from the GLDv2 download's *_label_to_category.csv; the dataset gldv2_hier_rebuilt
 # (prepare rule) trains on the curated labels. Config: the `hgldv2` block of config.yaml.
-# Helpers (hgldv2_outputs, gldv2_metadata, ...) live in common.smk.
+# Paths and arguments: TARGETS (rankrepro.plan.targets).
 
 
 # Serial by design (Wikimedia's etiquette): one job, one request at a time. Every answer is cached
 # under <data_root>/hgldv2/api-cache, so a rerun after a failure resumes where it stopped.
 rule hgldv2_scrape:
     input:
-        gldv2_input,
+        TARGETS.gldv2_input,
     output:
         landmarks=f"{HGLDV2_DIR}/scrape/landmarks.jsonl",
         summary=f"{HGLDV2_DIR}/scrape/scrape.json",
     params:
-        train=lambda wildcards: f"{gldv2_metadata()}/train_label_to_category.csv",
-        index=lambda wildcards: f"{gldv2_metadata()}/index_label_to_category.csv",
+        train=lambda wildcards: f"{TARGETS.gldv2_metadata()}/train_label_to_category.csv",
+        index=lambda wildcards: f"{TARGETS.gldv2_metadata()}/index_label_to_category.csv",
         out=lambda wildcards, output: os.path.dirname(output.landmarks),
         cache=f"{DATA_ROOT}/hgldv2/api-cache",
-        args=hgldv2_scrape_args,
+        args=TARGETS.hgldv2_scrape_args,
     log:
         "results/logs/hgldv2/scrape.log",
     conda:
@@ -39,7 +39,7 @@ rule hgldv2_clean:
         report=f"{HGLDV2_DIR}/clean/report.json",
     params:
         out=lambda wildcards, output: os.path.dirname(output.landmarks),
-        several=HGLDV2["several_classes"],
+        several=TARGETS.hgldv2["several_classes"],
     log:
         "results/logs/hgldv2/clean.log",
     conda:
@@ -60,13 +60,13 @@ rule hgldv2_cluster:
         info=f"{HGLDV2_DIR}/cluster/cluster.json",
     params:
         out=lambda wildcards, output: os.path.dirname(output.names),
-        model=HGLDV2["clip"]["model"],
-        pretrained=HGLDV2["clip"]["pretrained"] or "none",
-        prompt=HGLDV2["clip"]["prompt"],
-        k=HGLDV2["kmeans"]["k"],
-        seed=HGLDV2["kmeans"]["seed"],
-        niter=HGLDV2["kmeans"]["niter"],
-        nredo=HGLDV2["kmeans"]["nredo"],
+        model=TARGETS.hgldv2["clip"]["model"],
+        pretrained=TARGETS.hgldv2["clip"]["pretrained"] or "none",
+        prompt=TARGETS.hgldv2["clip"]["prompt"],
+        k=TARGETS.hgldv2["kmeans"]["k"],
+        seed=TARGETS.hgldv2["kmeans"]["seed"],
+        niter=TARGETS.hgldv2["kmeans"]["niter"],
+        nredo=TARGETS.hgldv2["kmeans"]["nredo"],
         device=RUNTIME["device"],
     log:
         "results/logs/hgldv2/cluster.log",
@@ -86,7 +86,7 @@ rule hgldv2_curate:
     input:
         landmarks=f"{HGLDV2_DIR}/clean/landmarks.csv",
         cluster=f"{HGLDV2_DIR}/cluster/cluster.json",
-        curation=hgldv2_curation(),
+        curation=TARGETS.hgldv2_curation(),
     output:
         train=f"{HGLDV2_DIR}/labels/train_label_to_hierarchical.csv",
         index=f"{HGLDV2_DIR}/labels/index_label_to_hierarchical.csv",
@@ -94,7 +94,7 @@ rule hgldv2_curate:
     params:
         cluster_dir=lambda wildcards, input: os.path.dirname(input.cluster),
         out=lambda wildcards, output: os.path.dirname(output.train),
-        release=lambda wildcards: gldv2_metadata(),
+        release=TARGETS.gldv2_metadata,
     log:
         "results/logs/hgldv2/curate.log",
     conda:
@@ -109,7 +109,7 @@ rule hgldv2_curate:
 
 rule hgldv2_compare:
     input:
-        gldv2_input,
+        TARGETS.gldv2_input,
         train=f"{HGLDV2_DIR}/labels/train_label_to_hierarchical.csv",
         index=f"{HGLDV2_DIR}/labels/index_label_to_hierarchical.csv",
     output:
@@ -118,7 +118,7 @@ rule hgldv2_compare:
         json=f"{HGLDV2_DIR}/compare.json",
     params:
         ours=lambda wildcards, input: os.path.dirname(input.train),
-        release=lambda wildcards: gldv2_metadata(),
+        release=TARGETS.gldv2_metadata,
         prefix=lambda wildcards, output: os.path.splitext(output.json)[0],
     log:
         "results/logs/hgldv2/compare.log",

@@ -4,8 +4,8 @@
 
 rule table:
     input:
-        plan=table_plan,
-        inputs=table_inputs,
+        plan=TARGETS.table_plan,
+        inputs=TARGETS.table_inputs,
     output:
         md="results/tables/{paper}/{table}.md",
         csv="results/tables/{paper}/{table}.csv",
@@ -17,6 +17,9 @@ rule table:
     conda:
         "../../envs/train.yaml"
     localrule: True
+    resources:
+        mem_mb=2000,
+        runtime=10,
     shell:
         "python -m rankrepro table --plan {input.plan:q} --runs-dir results/runs --out-prefix {params.prefix:q}"
         " > {log:q} 2>&1"
@@ -25,7 +28,7 @@ rule table:
 rule track:
     input:
         plan=PLAN_FILE,
-        finished=track_inputs(),
+        finished=TARGETS.track_inputs(),
     output:
         "results/mlflow/imported.json",
     params:
@@ -37,6 +40,9 @@ rule track:
     conda:
         "../../envs/train.yaml"
     localrule: True
+    resources:
+        mem_mb=4000,
+        runtime=60,
     shell:
         "python -m rankrepro track --plan {input.plan:q} --tracking-uri {params.uri:q}"
         " --experiment {params.experiment:q} --artifact-root {params.artifact_root:q} --out {output:q} > {log:q} 2>&1"
@@ -44,7 +50,7 @@ rule track:
 
 # -- Results index and the Snakemake report (snakemake --report results/report.html): each table as
 # an HTML page, a training curve per run (written by the evaluate job), a paper-vs-ours scatter per paper, all under the paper's
-# category; results/README.md indexes them. Helpers: the end of common.smk.
+# category; results/README.md indexes them. Paths: TARGETS (rankrepro.plan.targets).
 
 
 report: "../report/workflow.rst"
@@ -52,7 +58,7 @@ report: "../report/workflow.rst"
 
 rule table_html:
     input:
-        plan=table_plan,
+        plan=TARGETS.table_plan,
         csv="results/tables/{paper}/{table}.csv",
     output:
         report(
@@ -60,20 +66,23 @@ rule table_html:
             caption="../report/table.rst",
             category="{paper}",
             subcategory="tables",
-            labels=table_labels,
+            labels=TARGETS.table_labels,
         ),
     log:
         "results/logs/table_html/{paper}/{table}.log",
     conda:
         "../../envs/train.yaml"
     localrule: True
+    resources:
+        mem_mb=2000,
+        runtime=10,
     shell:
         "python -m rankrepro table-html --plan {input.plan:q} --csv {input.csv:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule paper_scatter:
     input:
-        paper_table_csvs,
+        TARGETS.paper_table_csvs,
     output:
         report(
             "results/tables/{paper}/scatter.png",
@@ -87,6 +96,9 @@ rule paper_scatter:
     conda:
         "../../envs/train.yaml"
     localrule: True
+    resources:
+        mem_mb=2000,
+        runtime=10,
     shell:
         "python -m rankrepro plot scatter --paper {wildcards.paper:q} --tables {input:q} --out {output:q} > {log:q} 2>&1"
 
@@ -94,7 +106,7 @@ rule paper_scatter:
 rule results_index:
     input:
         plan=PLAN_FILE,
-        results=index_inputs(),
+        results=TARGETS.index_inputs(),
     output:
         md="results/README.md",
         html=report(
@@ -108,6 +120,9 @@ rule results_index:
     conda:
         "../../envs/train.yaml"
     localrule: True
+    resources:
+        mem_mb=2000,
+        runtime=10,
     shell:
         "python -m rankrepro results-index --plan {input.plan:q} --results-dir results --out {output.md:q}"
         " --html {output.html:q} > {log:q} 2>&1"

@@ -1,82 +1,84 @@
-# One job per planned run. A retried job resumes from results/runs/<id>/checkpoint.pt. With
-# runtime.evaluate_in_train_job the same job evaluates (metrics.json, curve.png) and evaluate.smk has no rule.
-# With runtime.runs_per_job N > 1 (the demo), one job per training batch instead (train_batch_<dataset>_<k>):
-# up to N runs of one dataset trained and evaluated one after the other in one process
-# (rankrepro.plan.batches), each writing its own results/runs/<id>/ as a one-run job would.
+# One train job per planned run: results/runs/<id>/model.pt and history.csv (a retried job resumes
+# from results/runs/<id>/checkpoint.pt), with runtime.evaluate_in_train_job its metrics.json and
+# curve.png too (the evaluate rule then never runs: ruleorder). With runtime.runs_per_job N > 1 (the
+# demo), a train_batch job trains and evaluates up to N runs of one dataset one after the other in one
+# process (rankrepro.plan.batches), each into results/batches/staged/<id>/ as a one-run job would,
+# then writes its record results/batches/<batch>/batch.json; each run's train job adopts its files
+# from there (rankrepro.engine.batch: a cheap local job, no torch). A failed run does not stop its
+# batch; the job then fails naming it, and a retry trains only the runs not staged yet.
 
 
 rule run_config:
+    input:
+        plan=ancient(TARGETS.run_plan_file),  # a run's content is fixed by its id: a new plan never rewrites run.json
     output:
         "results/runs/{run_id}/run.json",
-    params:
-        run=run_json,
     log:
         "results/logs/run_config/{run_id}.log",
     conda:
         "../../envs/train.yaml"
     localrule: True
+    resources:
+        mem_mb=1000,
+        runtime=5,
     shell:
-        "python -m rankrepro write-run --run {params.run:q} --out {output:q} > {log:q} 2>&1"
+        "python -m rankrepro write-run --plan {input.plan:q} --run-id {wildcards.run_id:q} --out {output:q}"
+        " > {log:q} 2>&1"
 
 
-if RUNS_PER_JOB == 1:
+ruleorder: train > evaluate
 
-    rule train:
-        input:
-            run="results/runs/{run_id}/run.json",
-            manifest=run_manifest,
-            cache=ancient(run_train_cache),  # a rebuilt cache does not retrain a finished run
-            eval_cache=ancient(run_fused_eval_cache),
-        output:
-            **train_outputs(),
-        params:
-            manifest=run_manifest_dir,
-            device=RUNTIME["device"],
-            workers=RUNTIME["num_workers"],
-            cache=run_train_cache_args,
-            evaluate=run_fused_evaluate_args,
-        log:
-            "results/logs/train/{run_id}.log",
-        conda:
-            "../../envs/train.yaml"
-        threads: 8
-        resources:
-            gpu=1,
-            mem_mb=64000,
-            runtime=48 * 60,
-        shell:
-            "python -m rankrepro train --run {input.run:q} --manifest {params.manifest:q} --device {params.device:q}"
-            " --num-workers {params.workers:q} --threads {threads:q} {params.cache:q} {params.evaluate:q} > {log:q} 2>&1"
 
-else:
-    # Batches are tiny CPU runs: one thread each (`--cores N` runs N batches at once).
-    for _batch, _ids in TRAIN_BATCHES.items():
+rule train:
+    input:
+        run="results/runs/{run_id}/run.json",
+        manifest=TARGETS.train_manifest,
+        cache=ancient(TARGETS.train_caches),  # a rebuilt cache does not retrain a finished run
+        batch=ancient(TARGETS.run_batch_record),  # runs_per_job > 1: the batch that staged its files
+    output:
+        **train_outputs(),
+    params:
+        # `train ...`, or `adopt ...` the run's files from its training batch (runs_per_job > 1)
+        command=TARGETS.train_command,
+    log:
+        "results/logs/train/{run_id}.log",
+    conda:
+        "../../envs/train.yaml"
+    localrule: TARGETS.batched
+    threads: 1 if TARGETS.batched else 8
+    resources:
+        gpu=0 if TARGETS.batched else 1,
+        mem_mb=1000 if TARGETS.batched else 64000,
+        runtime=5 if TARGETS.batched else 48 * 60,
+    shell:
+        "python -m rankrepro {params.command:q} > {log:q} 2>&1"
 
-        rule:
-            name:
-                f"train_batch_{_batch}"
-            input:
-                runs=[f"results/runs/{rid}/run.json" for rid in _ids],
-                manifest=manifest_meta(RUNS[_ids[0]]["dataset"]),
-                cache=ancient(batch_cache_inputs(_ids)),
-            output:
-                **batch_outputs(_ids),
-            params:
-                manifest=lambda wildcards, input: str(Path(input.manifest).parent),
-                device=RUNTIME["device"],
-                workers=RUNTIME["num_workers"],
-                batch_size=RUNTIME["eval_batch_size"],
-                cache=batch_cache_args(_ids),
-            log:
-                f"results/logs/train/batch_{_batch}.log",
-            conda:
-                "../../envs/train.yaml"
-            threads: 1
-            resources:
-                gpu=0 if RUNTIME["device"] == "cpu" else 1,
-                mem_mb=8000,
-                runtime=20 * len(_ids),
-            shell:
-                "python -m rankrepro train-batch --runs {input.runs:q} --manifest {params.manifest:q}"
-                " --device {params.device:q} --num-workers {params.workers:q} --threads {threads:q}"
-                " --batch-size {params.batch_size:q} {params.cache:q} > {log:q} 2>&1"
+
+# Batches are tiny CPU runs: one thread each (`--cores N` runs N batches at once).
+rule train_batch:
+    input:
+        runs=TARGETS.batch_run_configs,
+        manifest=TARGETS.batch_manifest,
+        cache=ancient(TARGETS.batch_cache_inputs),
+    output:
+        TARGETS.batch_record(),
+    params:
+        staged=STAGED_DIR,
+        manifest=TARGETS.batch_manifest_dir,
+        device=RUNTIME["device"],
+        workers=RUNTIME["num_workers"],
+        batch_size=RUNTIME["eval_batch_size"],
+        cache=TARGETS.batch_cache_args,
+    log:
+        "results/logs/train/batch_{batch}.log",
+    conda:
+        "../../envs/train.yaml"
+    threads: 1
+    resources:
+        gpu=0 if RUNTIME["device"] == "cpu" else 1,
+        mem_mb=8000,
+        runtime=TARGETS.batch_minutes,
+    shell:
+        "python -m rankrepro train-batch --runs {input.runs:q} --staged {params.staged:q} --out {output:q}"
+        " --manifest {params.manifest:q} --device {params.device:q} --num-workers {params.workers:q}"
+        " --threads {threads:q} --batch-size {params.batch_size:q} {params.cache:q} > {log:q} 2>&1"

@@ -41,14 +41,8 @@ def job_counts(stdout: str) -> dict[str, int]:
 
 
 def rule_rows(jobs: dict[str, int]) -> dict[str, int]:
-    """The jobs per rule without ``total``, the training batches' rules (``train_batch_<dataset>_<k>``,
-    one per batch: runtime.runs_per_job) counted on one row."""
-    rows: dict[str, int] = {}
-    for rule, n in jobs.items():
-        if rule != "total":
-            key = "train_batch_<dataset>_<k>" if rule.startswith("train_batch_") else rule
-            rows[key] = rows.get(key, 0) + n
-    return rows
+    """The jobs per rule, without ``total``."""
+    return {rule: n for rule, n in jobs.items() if rule != "total"}
 
 
 def _snakemake(wf: Path, *args: str) -> subprocess.CompletedProcess:

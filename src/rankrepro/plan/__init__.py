@@ -12,5 +12,7 @@
   kind, :mod:`rankrepro.tables.kinds`), the datasets, the H-GLDv2 block, and writing the plan;
 - :mod:`~rankrepro.plan.model`: :class:`~rankrepro.plan.model.Plan` and
   :class:`~rankrepro.plan.model.TablePlan`, the plan as its readers query it;
-- :mod:`~rankrepro.plan.batches`: training batches (several runs trained by one job).
+- :mod:`~rankrepro.plan.batches`: training batches (several runs trained by one job);
+- :mod:`~rankrepro.plan.targets`: :class:`~rankrepro.plan.targets.WorkflowTargets`, the workflow's
+  paths and arguments (what the rules' input functions return).
 """

@@ -3,9 +3,9 @@
 With ``runtime.runs_per_job`` = N > 1 (config.yaml; the demo) the workflow trains the plan's
 runs in batches instead of one job per run: starting Python and importing torch costs more
 than a tiny run, and one process trains its batch's runs one after the other
-(``python -m rankrepro train-batch``). Each run still writes its own folder
-(``results/runs/<id>/``) exactly as a one-run job would: the same seed at its start, the same
-files, so a run's results do not depend on the batch it fell in.
+(``python -m rankrepro train-batch``; :mod:`rankrepro.engine.batch`). Each run still gets its own
+folder (``results/runs/<id>/``, from its own train job) with what a one-run job writes: the same
+seed at its start, the same files, so a run's results do not depend on the batch it fell in.
 
 A batch holds runs that read the same images: the same dataset and the same image caches for
 training and for evaluation (a job gets one ``--image-cache`` and one ``--eval-image-cache``).

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankrepro.hgldv2.prompt import check_prompt
-from rankrepro.plan.model import Plan, TablePlan
+from rankrepro.plan.model import Plan, TablePlan, run_record
 from rankrepro.plan.planner import Planner
 from rankrepro.plan.schema import SCHEMA_DIR, PlanError, fill_schema_defaults, load_schema, validate
 from rankrepro.plan.setups import load_setups
@@ -153,27 +153,39 @@ def plan_from_config(config: dict) -> dict:
 @dataclass(frozen=True)
 class PlanFiles:
     """The files of a plan written by :func:`write_plan`: ``plan`` (the track and results_index rules'
-    input) and ``tables`` ({"<paper>/<table>": that table's plan file}, the table rules' input)."""
+    input), ``tables`` ({"<paper>/<table>": that table's plan file}, the table rules' input) and
+    ``runs`` (the folder of the runs' records, ``<id>.json``: the run_config rule's input)."""
 
     plan: Path
     tables: dict[str, Path]
+    runs: Path
+
+    def run(self, run_id: str) -> Path:
+        """The record of run ``run_id`` (what its run.json holds)."""
+        return self.runs / f"{run_id}.json"
 
 
 def _write_content_addressed(folder: Path, stem: str, data: dict) -> Path:
     """Write ``data`` as JSON to ``<folder>/<stem>.<first 12 hex of the SHA-256 of the text>.json``,
     unless that file already holds the text (its mtime then stays put); returns the path."""
-    from rankrepro.io import atomic_write_text
-
     text = json.dumps(data, indent=1, sort_keys=True) + "\n"
     path = folder / f"{stem}.{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+    _write_if_changed(path, text)
+    return path
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    from rankrepro.io import atomic_write_text
+
     if not path.is_file() or path.read_text() != text:
         atomic_write_text(path, text)
-    return path
 
 
 def write_plan(plan: dict, out_dir: str | Path = "results/plan") -> PlanFiles:
     """Write a plan's JSON data (:func:`make_plan`) as ``<out_dir>/plan.<hash>.json`` and one
-    ``<out_dir>/tables/<paper>/<table>.<hash>.json`` per table, each named by the hash of its text.
+    ``<out_dir>/tables/<paper>/<table>.<hash>.json`` per table, each named by the hash of its text,
+    and each run's record (:meth:`Plan.run_record <rankrepro.plan.model.Plan.run_record>`) as
+    ``<out_dir>/runs/<run id>.json``, named by its id, which hashes its content.
 
     Files are content-addressed so that planning never changes what a running workflow reads: a
     second ``snakemake`` in the same folder (even ``-n``) plans before Snakemake's lock refuses it,
@@ -183,4 +195,7 @@ def write_plan(plan: dict, out_dir: str | Path = "results/plan") -> PlanFiles:
     out_dir = Path(out_dir)
     tables = {key: _write_content_addressed(out_dir / "tables" / table["paper"], table["table"], table)
               for key, table in plan["tables"].items()}
-    return PlanFiles(_write_content_addressed(out_dir, "plan", plan), tables)
+    files = PlanFiles(_write_content_addressed(out_dir, "plan", plan), tables, out_dir / "runs")
+    for rid, run in plan["runs"].items():
+        _write_if_changed(files.run(rid), json.dumps(run_record(run, rid), indent=1, sort_keys=True) + "\n")
+    return files

@@ -27,10 +27,36 @@ from rankrepro.plan.schema import PlanError
 from rankrepro.tables.kinds import spec_kind
 from rankrepro.tables.kinds.base import TableKind
 
-__all__ = ["Plan", "TablePlan", "as_table_plan", "metrics_path", "manifest_path"]
+__all__ = ["RUN_ID_KEY", "Plan", "TablePlan", "as_table_plan", "check_run_record", "metrics_path", "manifest_path",
+           "run_record"]
+
+#: the key of a run.json that holds its run's id (:meth:`Plan.run_record`)
+RUN_ID_KEY = "id"
 
 #: the files a rendered table consists of
 TABLE_FORMATS = ("md", "csv", "tex")
+
+
+def run_record(run: dict, run_id: str) -> dict:
+    """What ``results/runs/<id>/run.json`` holds: the complete ``run`` and its id under :data:`RUN_ID_KEY`
+    (a key the run schema does not allow in a run, so no run has it; the id hashes the run without it)."""
+    return {**run, RUN_ID_KEY: run_id}
+
+
+def check_run_record(record, where: str, run_id: str) -> dict:
+    """``record`` (a run.json or a plan's run file, read from ``where``) when it holds run ``run_id``: its
+    :data:`RUN_ID_KEY` is that id and the run hashes to it (:func:`rankrepro.plan.complete.run_id`);
+    :class:`PlanError` naming ``where`` otherwise."""
+    from rankrepro.plan.complete import run_id as hash_id
+
+    if not isinstance(record, dict) or record.get(RUN_ID_KEY) != run_id:
+        found = record.get(RUN_ID_KEY) if isinstance(record, dict) else type(record).__name__
+        raise PlanError(f"{where}: holds run {found!r}, not {run_id}")
+    run = {k: v for k, v in record.items() if k != RUN_ID_KEY}
+    if hash_id(run) != run_id:
+        raise PlanError(f"{where}: its content hashes to {hash_id(run)}, not to its id {run_id} (edited by hand? "
+                        "delete it and run snakemake again to rewrite it from the plan)")
+    return record
 
 
 def metrics_path(run_id: str, results: str = "results") -> str:
@@ -139,6 +165,13 @@ class Plan:
         if self.hgldv2 is not None:
             out["hgldv2"] = self.hgldv2
         return out
+
+    def run_record(self, run_id: str, where: str = "the plan") -> dict:
+        """:func:`run_record` of the planned run ``run_id``; :class:`PlanError` naming ``where`` (the plan
+        file) for an id that is not planned."""
+        if run_id not in self.runs:
+            raise PlanError(f"{where}: run {run_id} is not in the plan ({len(self.runs)} runs)")
+        return run_record(self.runs[run_id], run_id)
 
     def table(self, key: str) -> TablePlan:
         """The table ``<paper>/<table>``; :class:`PlanError` naming the planned ones otherwise."""
