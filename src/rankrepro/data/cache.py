@@ -49,7 +49,7 @@ Compatible transforms (the transform's first step must be a ``Resize``, bilinear
   no leading ``Resize`` (``train_resize: null``: RandomResizedCrop on the full image, for which no
   cache is built at all).
 
-This module imports only the standard library at import time (the Snakefile uses
+This module imports only the standard library at import time (the workflow's targets, rankrepro.plan.targets, use
 :func:`resize_uses_cache`); Pillow, pandas and torchvision are imported where needed.
 """
 
@@ -223,7 +223,7 @@ def build_cache(manifest_dir: str | Path, size: int, out_dir: str | Path, *, qua
 
 def resize_uses_cache(resize, size: int) -> bool:
     """Whether a leading ``Resize(resize)`` (an int: shorter side; a pair (h, w): squash) can read a
-    cache of shorter side ``size`` (see the module docstring). Pure: the Snakefile uses it."""
+    cache of shorter side ``size`` (see the module docstring). Pure: the workflow's targets use it."""
     if isinstance(resize, (list, tuple)) and len(resize) == 1:
         resize = resize[0]
     if isinstance(resize, bool) or size is None:
