@@ -49,8 +49,9 @@ Compatible transforms (the transform's first step must be a ``Resize``, bilinear
   no leading ``Resize`` (``train_resize: null``: RandomResizedCrop on the full image, for which no
   cache is built at all).
 
-This module imports only the standard library at import time (the workflow's targets, rankrepro.plan.targets, use
-:func:`resize_uses_cache`); Pillow, pandas and torchvision are imported where needed.
+This module imports only the standard library at import time (the workflow's targets,
+:mod:`rankrepro.plan.targets`, use :func:`resize_uses_cache`); Pillow, pandas and torchvision are
+imported where needed.
 """
 
 from __future__ import annotations
