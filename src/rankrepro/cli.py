@@ -336,17 +336,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_cache)
 
-    p = sub.add_parser("table", help="render a paper table (paper vs ours)")
-    p.add_argument("--plan", required=True, help="the table's plan: results/plan/tables/<paper>/<table>.<hash>.json")
-    p.add_argument("--runs-dir", required=True)
-    p.add_argument("--out-prefix", required=True)
-    p.set_defaults(func=cmd_table)
-
-    p = sub.add_parser("sweep-plot", help="plot a sweep spec's points (a paper figure: ours beside the paper's)")
-    p.add_argument("--plan", required=True, help="the sweep's plan: results/plan/tables/<paper>/<table>.<hash>.json")
-    p.add_argument("--runs-dir", required=True)
-    p.add_argument("--out", required=True, help="results/tables/<paper>/<table>.png")
-    p.set_defaults(func=cmd_sweep_plot)
+    for name, func, help_text, out, out_help in (
+            ("table", cmd_table, "render a paper table (paper vs ours)", "--out-prefix",
+             "results/tables/<paper>/<table> (writes .md, .csv, .tex)"),
+            ("sweep-plot", cmd_sweep_plot, "plot a sweep spec's points (a paper figure: ours beside the paper's)",
+             "--out", "results/tables/<paper>/<table>.png")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--plan", required=True, help="the table's plan: results/plan/tables/<paper>/<table>.<hash>.json")
+        p.add_argument("--runs-dir", required=True)
+        p.add_argument(out, required=True, help=out_help)
+        p.set_defaults(func=func)
 
     p = sub.add_parser("results-index", help="write results/README.md: per table, cells reproduced, within one "
                        "point, pending (why), replica or real data, GPU- and CPU-hours")
