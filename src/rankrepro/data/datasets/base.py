@@ -146,8 +146,9 @@ class Dataset:
     def read_table(self, root: Path) -> pd.DataFrame:
         """Manifest rows from the dataset's own files under ``root``: ``path`` (relative to
         ``root``), ``split``, ``label`` and ``level_1 ...`` (integers, finest first); optionally
-        ``origin``, where each row was read (``"<list file>, line <n>"``), for messages (not
-        written to the manifest)."""
+        ``origin``, where each row's path was read, for messages (not written to the manifest):
+        the list file relative to ``root`` and its 1-based line (``"Ebay_train.txt, line 2"``), or
+        for a JSON / MAT file the entry (``"cars_annos.mat, annotations(3)"``)."""
         raise NotImplementedError
 
     def make_replica(self, out_dir: Path, **options) -> list[str]:

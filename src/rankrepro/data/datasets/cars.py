@@ -130,13 +130,16 @@ class Cars(Dataset):
     def read_table(self, root: Path) -> pd.DataFrame:
         """Manifest rows of every image, in file order (legacy: the ``.mat``'s; Kaggle:
         ``anno_train.csv`` then ``anno_test.csv``): ``path``, ``split`` (class <= 98: train,
-        else test), ``label`` = class id."""
+        else test), ``label`` = class id, ``origin``: legacy ``"cars_annos.mat, annotations(<i>)"``
+        (the 1-based, MATLAB-style index of the struct array entry: a ``.mat`` has no lines),
+        Kaggle ``"anno_train.csv, line <n>"``."""
         root = Path(root)
         layout = layout_of(root)
         if layout == "legacy":
             paths, labels, names = read_legacy(root / ANNOS)
+            origins = [f"{ANNOS}, annotations({i})" for i in range(1, len(paths) + 1)]
         elif layout == "folders":
-            paths, labels, names = read_folders(root)
+            paths, labels, origins, names = read_folders(root)
         else:
             raise FileNotFoundError(f"{self.title}: neither {root / ANNOS} nor {root / NAMES_CSV} exists")
         labels = np.asarray(labels, dtype=np.int64)
@@ -146,7 +149,7 @@ class Cars(Dataset):
             raise ValueError(f"{self.title}: class ids {bad[:5]} outside 1..{len(names)}, the classes named in {where}")
         self._meta = {"class_names": names, "layout": layout}
         return pd.DataFrame({"path": paths, "split": np.where(np.isin(labels, TRAIN_CLASSES), "train", "test"),
-                             "label": labels})
+                             "label": labels, "origin": origins})
 
     def extra_meta(self, table: pd.DataFrame) -> dict:
         """``class_names`` (``class_names[i]`` is class ``i + 1``) and ``layout`` (legacy / folders)."""
@@ -235,7 +238,8 @@ def _scalar(value):
 
 
 def read_legacy(file: Path) -> tuple[list[str], list[int], list[str]]:
-    """``cars_annos.mat`` as (relative_im_path per image, class per image, class_names)."""
+    """``cars_annos.mat`` as (relative_im_path per image, class per image, class_names); image
+    ``i`` is the entry ``annotations(i + 1)``."""
     import scipy.io  # here, not at module level: the planner imports every dataset module for its facts
 
     try:
@@ -266,16 +270,17 @@ def read_legacy(file: Path) -> tuple[list[str], list[int], list[str]]:
     return paths, labels, names
 
 
-def read_folders(root: Path) -> tuple[list[str], list[int], list[str]]:
-    """The Kaggle copy as (path per image, class per image, class names): anno_train.csv
-    then anno_test.csv, paths under car_data/car_data/<split>/<class folder>/."""
+def read_folders(root: Path) -> tuple[list[str], list[int], list[str], list[str]]:
+    """The Kaggle copy as (path per image, class per image, origin per image, class names):
+    anno_train.csv then anno_test.csv, paths under car_data/car_data/<split>/<class folder>/,
+    origins ``"<anno file>, line <n>"``."""
     for name in (NAMES_CSV, *ANNO_CSV.values()):
         if not (root / name).is_file():
             raise FileNotFoundError(f"Cars196: {root / name} is missing (the Kaggle class-folder copy holds "
                                     f"{NAMES_CSV}, {ANNO_CSV['train']} and {ANNO_CSV['test']})")
     with open(root / NAMES_CSV, newline="") as f:
         names = [row[0].strip() for row in csv.reader(f) if row and row[0].strip()]
-    paths, labels = [], []
+    paths, labels, origins = [], [], []
     for split, name in ANNO_CSV.items():
         file = root / name
         with open(file, newline="") as f:
@@ -291,7 +296,8 @@ def read_folders(root: Path) -> tuple[list[str], list[int], list[str]]:
                                      f"named in {root / NAMES_CSV}")
                 paths.append(f"{FOLDERS}/{split}/{class_folder(names[label - 1])}/{row[0].strip()}")
                 labels.append(label)
-    return paths, labels, names
+                origins.append(f"{name}, line {number}")
+    return paths, labels, origins, names
 
 
 def annos_mat(annotations: list[tuple], names: list[str]) -> bytes:

@@ -85,7 +85,8 @@ class CUB(Dataset):
 
     def read_table(self, root: Path) -> pd.DataFrame:
         """Manifest rows of every image in ``images.txt``, in its order: ``path``
-        (``images/...``), ``split`` (class <= 100: train, else test), ``label`` = class id."""
+        (``images/...``), ``split`` (class <= 100: train, else test), ``label`` = class id,
+        ``origin`` = ``"images.txt, line <n>"``."""
         root = Path(root)
         for name in (IMAGES_TXT, LABELS_TXT, CLASSES_TXT):
             if not (root / name).is_file():
@@ -97,8 +98,9 @@ class CUB(Dataset):
             only = sorted(set(paths) ^ set(labels))
             raise ValueError(f"{root / IMAGES_TXT} and {root / LABELS_TXT} list different image ids "
                              f"({len(only)} in one only, e.g. {only[:5]})")
-        table = pd.DataFrame({"path": [f"{IMAGES_DIR}/{p}" for p in paths.values()],
-                              "label": np.array([int(labels[i]) for i in paths], dtype=np.int64)})
+        table = pd.DataFrame({"path": [f"{IMAGES_DIR}/{p}" for p, _ in paths.values()],
+                              "label": np.array([int(labels[i][0]) for i in paths], dtype=np.int64),
+                              "origin": [f"{IMAGES_TXT}, line {n}" for _, n in paths.values()]})
         unknown = sorted(set(table["label"]) - set(names))
         if unknown:
             raise ValueError(f"{root / LABELS_TXT}: class ids not in {CLASSES_TXT}: {unknown[:5]}")
@@ -150,10 +152,10 @@ def class_folder(class_id: int) -> str:
     return f"{class_id:03d}.Replica_bird_{class_id:03d}"
 
 
-def read_id_file(file: Path, what: str) -> dict[int, str]:
-    """``<image_id> <value>`` lines as {id: value}, in file order; a bad line or a repeated id
-    is an error naming the file and line."""
-    out: dict[int, str] = {}
+def read_id_file(file: Path, what: str) -> dict[int, tuple[str, int]]:
+    """``<image_id> <value>`` lines as {id: (value, line number)}, in file order (lines count
+    from 1); a bad line or a repeated id is an error naming the file and line."""
+    out: dict[int, tuple[str, int]] = {}
     for number, line in enumerate(file.read_text().splitlines(), 1):
         if not line.strip():
             continue
@@ -163,7 +165,7 @@ def read_id_file(file: Path, what: str) -> dict[int, str]:
         image_id = int(fields[0])
         if image_id in out:
             raise ValueError(f"{file} line {number}: image id {image_id} listed twice")
-        out[image_id] = fields[1].strip()
+        out[image_id] = (fields[1].strip(), number)
     if not out:
         raise ValueError(f"{file}: no rows")
     return out

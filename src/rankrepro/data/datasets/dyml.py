@@ -166,7 +166,8 @@ class DyML(Dataset):
 
     def read_table(self, root: Path) -> pd.DataFrame:
         """Manifest rows of every label file (see the module docstring): train, then the
-        benchmarks (Vehicle/Animal, fine to coarse, query before gallery) or Product's test set."""
+        benchmarks (Vehicle/Animal, fine to coarse, query before gallery) or Product's test set;
+        ``origin`` = the label file relative to ``root`` and the line (``"train/label.csv, line 2"``)."""
         parts = [label_rows(root, f"{TRAIN_DIR}/{LABEL_FILE}", TRAIN_IMAGES, "train", self.title)]
         if self.has_benchmarks:
             for level in LEVELS:
@@ -303,25 +304,30 @@ def _labels(file: Path, rows: list[tuple[int, list[str]]], field: int) -> np.nda
 
 
 def label_rows(root: Path, rel: str, images: str, split: str, title: str) -> pd.DataFrame:
-    """A ``label.csv`` (train, or Product's test) as manifest rows with all three levels."""
+    """A ``label.csv`` (train, or Product's test) as manifest rows with all three levels and
+    ``origin`` (``"<rel>, line <n>"``; the row glued to the header is line 1)."""
     file = root / rel
     rows = read_rows(file, LABEL_HEADER, title)
     return pd.DataFrame({
         "path": [f"{images}/{fields[0]}" for _, fields in rows],
         "split": split,
         **{MANIFEST_COLUMN[level]: _labels(file, rows, LEVEL_FIELD[level]) for level in LEVELS},
+        "origin": [f"{rel}, line {number}" for number, _ in rows],
     })
 
 
 def benchmark_rows(root: Path, level: str, part: str, split: str, title: str) -> pd.DataFrame:
-    """``bmk_<level>/<part>.csv`` as manifest rows: that level's column known, the others -1."""
-    file = root / bmk_dir(level) / f"{part}.csv"
+    """``bmk_<level>/<part>.csv`` as manifest rows: that level's column known, the others -1;
+    ``origin`` as in :func:`label_rows`."""
+    rel = f"{bmk_dir(level)}/{part}.csv"
+    file = root / rel
     rows = read_rows(file, BMK_HEADER, title)
     known = _labels(file, rows, 1)
     return pd.DataFrame({
         "path": [f"{bmk_dir(level)}/{part}/{fields[0]}" for _, fields in rows],
         "split": split,
         **{MANIFEST_COLUMN[lv]: known if lv == level else np.full(len(rows), -1, np.int64) for lv in LEVELS},
+        "origin": [f"{rel}, line {number}" for number, _ in rows],
     })
 
 

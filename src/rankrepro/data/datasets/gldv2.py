@@ -188,7 +188,10 @@ class GLDv2(Dataset):
 
     def read_table(self, root: Path) -> pd.DataFrame:
         """Manifest rows: train, query, gallery (module docstring). Every CSV is checked before any
-        row is built; a missing one is a FileNotFoundError naming it."""
+        row is built; a missing one is a FileNotFoundError naming it. No ``origin`` column: a path
+        is built from an image id that is refused while reading, naming its file and line, unless
+        it is 16 letters or digits, so no path can leave the root (and 2.3M origin strings would
+        cost hundreds of MB for nothing)."""
         root = Path(root)
         needed = (TRAIN_CLEAN, INDEX_TO_LANDMARK, GROUND_TRUTH, *((TRAIN_HIER, INDEX_HIER) if self.hierarchy else ()))
         for name in needed:

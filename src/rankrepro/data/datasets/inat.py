@@ -164,8 +164,9 @@ class INat(Dataset):
     # -- parsing --------------------------------------------------------------------------------
 
     def read_table(self, root: Path) -> pd.DataFrame:
-        """Manifest rows of both split files (module docstring). Every file is checked to be
-        there before anything is read; a missing one is a FileNotFoundError naming it."""
+        """Manifest rows of both split files (module docstring), ``origin`` = the split file and
+        line (``"Inat_dataset_splits/Inaturalist_train_set1.txt, line <n>"``). Every file is
+        checked to be there before anything is read; a missing one is a FileNotFoundError naming it."""
         root = Path(root)
         for name in (*JSONS, *SPLIT_FILES.values()):
             if not (root / name).is_file():
@@ -173,7 +174,7 @@ class INat(Dataset):
                                         f"holds {', '.join([*JSONS, *SPLIT_FILES.values()])})")
         labels, categories = read_annotations(root, taxonomy=self.hierarchy == "full")
         table = pd.concat([read_split(root, split, labels) for split in SPLIT_FILES], ignore_index=True)
-        rows = table[["path", "split", "label"]].copy()
+        rows = table[["path", "split", "label", "origin"]].copy()
         self._names = {}
         if self.hierarchy == "base":
             names = sorted(set(table["supercategory"]))
@@ -374,8 +375,9 @@ def read_annotations(root: Path, taxonomy: bool = True) -> tuple[pd.Series, pd.D
 
 
 def read_split(root: Path, split: str, labels: pd.Series) -> pd.DataFrame:
-    """One split file as rows ``path, split, label, supercategory`` (file order); every line is
-    checked (module docstring) and an error names the file and line."""
+    """One split file as rows ``path, split, label, supercategory, origin`` (file order; origin:
+    the split file relative to ``root`` and the line); every line is checked (module docstring)
+    and an error names the file and line."""
     file = root / SPLIT_FILES[split]
     paths, numbers = [], []
     for number, line in enumerate(file.read_text().splitlines(), 1):
@@ -407,7 +409,8 @@ def read_split(root: Path, split: str, labels: pd.Series) -> pd.DataFrame:
         k = int(wrong.nonzero()[0][0])
         raise ValueError(f"{file}, line {numbers[k]}: {paths[k]} is in folder {folders[k]} but the JSONs "
                          f"give category {label[k]}")
-    return pd.DataFrame({"path": paths, "split": split, "label": label, "supercategory": supers})
+    return pd.DataFrame({"path": paths, "split": split, "label": label, "supercategory": supers,
+                         "origin": [f"{SPLIT_FILES[split]}, line {n}" for n in numbers]})
 
 
 def int_values(values: pd.Series, file: Path, key: str, field: str) -> pd.Series:

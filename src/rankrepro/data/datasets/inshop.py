@@ -102,7 +102,8 @@ class InShop(Dataset):
 
     def read_table(self, root: Path) -> pd.DataFrame:
         """The partition file's rows: ``path`` (image prefix + image_name), ``split``,
-        ``label`` = item number, ``level_1`` = clothing type id, ``level_2`` = gender id."""
+        ``label`` = item number, ``level_1`` = clothing type id, ``level_2`` = gender id,
+        ``origin`` = ``"Eval/list_eval_partition.txt, line <n>"`` (the file as found)."""
         file = partition_file(root)
         if file is None:
             raise FileNotFoundError(f"{self.title}: {root / EVAL_DIR / PARTITION} is missing "
@@ -111,12 +112,14 @@ class InShop(Dataset):
         check_one_parent(rows, file)
         types, genders = sorted(set(rows["type"])), sorted(set(rows["gender"]))
         prefix = image_prefix(root, rows["path"].iat[0]) if len(rows) else ""
+        listed = file.relative_to(root).as_posix()
         return pd.DataFrame({
             "path": prefix + rows["path"],
             "split": rows["split"],
             "label": rows["item"].astype("int64"),
             "level_1": rows["type"].map({name: i for i, name in enumerate(types)}).astype("int64"),
             "level_2": rows["gender"].map({name: i for i, name in enumerate(genders)}).astype("int64"),
+            "origin": [f"{listed}, line {n}" for n in rows["line"]],
         })
 
     def extra_meta(self, table: pd.DataFrame) -> dict:
@@ -168,7 +171,8 @@ def partition_file(root: Path) -> Path | None:
 
 
 def read_partition(file: Path) -> pd.DataFrame:
-    """The rows of ``list_eval_partition.txt``: ``path, item (int), split, gender, type`` (names)."""
+    """The rows of ``list_eval_partition.txt``: ``path, item (int), split, gender, type`` (names)
+    and ``line`` (its 1-based line number)."""
     lines = file.read_text().splitlines()
     if len(lines) < 2:
         raise ValueError(f"{file}: {len(lines)} lines; expected the image count, the header and one row per image")
@@ -194,10 +198,10 @@ def read_partition(file: Path) -> pd.DataFrame:
         if len(parts) != 5 or parts[0] != "img":
             raise ValueError(f"{file} line {number}: image_name {path!r} is not "
                              "img/<MEN|WOMEN>/<Type>/id_XXXXXXXX/<file>.jpg")
-        records.append((path, int(item.group(1)), split, parts[1], parts[2]))
+        records.append((path, int(item.group(1)), split, parts[1], parts[2], number))
     if stated != len(records):
         raise ValueError(f"{file}: line 1 states {stated:,} images but {len(records):,} rows follow the header")
-    return pd.DataFrame(records, columns=["path", "item", "split", "gender", "type"])
+    return pd.DataFrame(records, columns=["path", "item", "split", "gender", "type", "line"])
 
 
 def check_one_parent(rows: pd.DataFrame, file: Path) -> None:

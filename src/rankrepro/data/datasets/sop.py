@@ -97,7 +97,9 @@ class SOP(Dataset):
 
 
 def read_split(root: Path, split: str) -> pd.DataFrame:
-    """One split file as manifest rows: ``path, split, label, level_1`` (and ``origin``: file, line)."""
+    """One split file as manifest rows: ``path, split, label, level_1`` and ``origin`` (the split
+    file, relative to ``root``, and the line: the header is line 1; exact unless the file holds
+    blank lines, which pandas skips)."""
     file = root / SPLIT_FILES[split]
     rows = pd.read_csv(file, sep=r"\s+", dtype={"path": str})
     if list(rows.columns) != HEADER:
@@ -107,7 +109,7 @@ def read_split(root: Path, split: str) -> pd.DataFrame:
         "split": split,
         "label": rows["class_id"].astype("int64"),
         "level_1": rows["super_class_id"].astype("int64"),
-        "origin": [f"{file}, line {n}" for n in range(2, len(rows) + 2)],
+        "origin": [f"{SPLIT_FILES[split]}, line {n}" for n in range(2, len(rows) + 2)],
     })
 
 

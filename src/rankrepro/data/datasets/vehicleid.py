@@ -108,7 +108,8 @@ class VehicleID(Dataset):
     def read_table(self, root: Path) -> pd.DataFrame:
         """Each split list as rows: ``path`` = ``image/<id>.jpg``, ``split``, ``label`` = vehicle
         id, ``level_1`` = model id (-1 when unknown). A missing list or attribute file is an
-        error naming it."""
+        error naming it. No ``origin`` column: a path is built from an image id that is refused
+        while reading, naming its file and line, unless it is digits, so no path can leave the root."""
         for name in [f"{SPLIT_DIR}/{f}" for f in SPLIT_FILES.values()] + [MODEL_ATTR]:
             if not (root / name).is_file():
                 raise FileNotFoundError(f"{self.title}: {root / name} is missing (a {TOP} folder holds {name})")
