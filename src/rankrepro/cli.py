@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from rankrepro.engine.runtime import add_runtime_flags
 from rankrepro.hgldv2 import cli as hgldv2_cli
 
 
@@ -74,11 +75,14 @@ def _task(run_json: str):
 
 
 def cmd_train(args) -> None:
+    from rankrepro.engine.runtime import runtime_from_args
+
     _threads(args.threads)
     run_path = Path(args.run)
     run, task = _task(args.run)
     model = task.train(run, args.manifest, run_path.parent, device=args.device, num_workers=args.num_workers,
-                       run_id=run_path.parent.name, progress=not args.no_progress, image_cache=args.image_cache)
+                       run_id=run_path.parent.name, progress=not args.no_progress, image_cache=args.image_cache,
+                       runtime=runtime_from_args(args))
     if args.evaluate_out:  # the evaluation transform's cache, or the originals
         _evaluate(args, model, args.evaluate_out, args.eval_image_cache)
 
@@ -263,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--evaluate-out", help="then evaluate the trained model into this metrics.json in the "
                            "same process (runtime.evaluate_in_train_job)")
             p.add_argument("--eval-image-cache", help="the image cache of that evaluation (default: the originals)")
+            add_runtime_flags(p)
 
     p = sub.add_parser("train-batch", help="train and evaluate several runs of one dataset in one process "
                        "(runtime.runs_per_job)")
@@ -275,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-cache", help="the training transform's image cache (as for train)")
     p.add_argument("--eval-image-cache", help="the evaluation transform's image cache (default: the originals)")
     p.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
+    add_runtime_flags(p)
     p.set_defaults(func=cmd_train_batch)
 
     p = sub.add_parser("cache", help="write a manifest's images with the shorter side resized to --size "
