@@ -169,6 +169,18 @@ def cmd_plan(args) -> None:
     print(f"{len(plan['runs'])} runs, {len(plan['tables'])} tables -> {path}")
 
 
+def cmd_cost(args) -> None:
+    from rankrepro.plan.build import plan_from_config
+    from rankrepro.plan.cost import ProfileError, plan_cost, to_text
+    from rankrepro.plan.schema import PlanError, load_yaml
+
+    try:
+        cost = plan_cost(plan_from_config(load_yaml(Path(args.config))), args.gpu, args.results)
+    except (PlanError, ProfileError) as err:
+        sys.exit(f"cost: {err}")
+    print(json.dumps(cost, indent=1) if args.json else to_text(cost, per_run=args.runs), end="")
+
+
 def cmd_synthetic(args) -> None:
     from rankrepro.synthetic import run
 
@@ -333,6 +345,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="config.yaml")
     p.add_argument("--out", default="results/plan")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("cost", help="estimate the GPU-hours of every run, table and paper of a config's plan "
+                       "(throughput profile profiles/throughput/<gpu>.yaml)")
+    p.add_argument("--config", default="config.yaml")
+    p.add_argument("--gpu", default="h100", help="the GPU kind: profiles/throughput/<gpu>.yaml")
+    p.add_argument("--results", default="results", help="where prepared manifests are (their image counts)")
+    p.add_argument("--runs", action="store_true", help="also one line per run")
+    p.add_argument("--json", action="store_true", help="the whole estimate as JSON")
+    p.set_defaults(func=cmd_cost)
 
     p = sub.add_parser("synthetic", help="compute a result that needs no image dataset (toy figure, timing table)")
     p.add_argument("name", help="a registered result (rankrepro.synthetic)")
