@@ -131,7 +131,7 @@ def run_cost(run: dict, profile: dict, counts: dict[str, int]) -> dict:
 
 def _sum(costs: dict[str, dict], ids) -> dict:
     ids = list(dict.fromkeys(ids))
-    known = [costs[r]["gpu_h"] for r in ids if costs[r]["gpu_h"] is not None]
+    known = [costs[r]["gpu_h"] for r in ids if r in costs and costs[r]["gpu_h"] is not None]
     return {"gpu_h": sum(known), "runs": len(ids), "not_estimated": len(ids) - len(known)}
 
 
