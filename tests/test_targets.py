@@ -11,6 +11,7 @@ import pytest
 
 from rankrepro.cli import main
 from rankrepro.engine.batch import STAGED_FILES
+from rankrepro.engine.runtime import runtime_flags
 from rankrepro.plan.batches import train_batches
 from rankrepro.plan.build import PlanFiles, plan_from_config, write_plan
 from rankrepro.plan.complete import run_id
@@ -96,8 +97,9 @@ def test_the_train_command_of_a_run_and_of_a_fused_run(plan):
     dataset, folder = plan.runs[rid]["dataset"], f"results/runs/{rid}"
     cache = f"results/cache/{dataset}/s256"
     train = ["train", "--run", f"{folder}/run.json", "--manifest", f"results/manifests/{dataset}", "--device", "cuda",
-             "--num-workers", "8", "--threads", "6", "--image-cache", cache]
+             "--num-workers", "8", "--threads", "6", "--image-cache", cache, *runtime_flags({})]
     assert targets(plan).train_command(W(run_id=rid), 6) == train
+    assert "--no-channels-last" in targets(plan, channels_last=False).train_command(W(run_id=rid), 6)
     assert targets(plan).train_files(rid) == {"model": f"{folder}/model.pt", "history": f"{folder}/history.csv"}
     fused = targets(plan, evaluate_in_train_job=True)
     assert fused.train_command(W(run_id=rid), 6) == train + [

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from rankrepro.engine.runtime import add_runtime_flags
 from rankrepro.hgldv2 import cli as hgldv2_cli
 
 
@@ -87,10 +88,13 @@ def _task(run_json: str | Path):
 def _train(args, run_json: str | Path, out_dir: Path, evaluate_out: str | Path | None,
            curve: str | Path | None) -> None:
     """Train the run of ``run_json`` into ``out_dir`` (model.pt, history.csv) and, with ``evaluate_out``,
-    evaluate it into that metrics.json (and plot its curve)."""
+    evaluate it into that metrics.json (and plot its curve). The runtime settings come from the flags of
+    :func:`rankrepro.engine.runtime.add_runtime_flags`."""
+    from rankrepro.engine.runtime import runtime_from_args
+
     run, rid, task = _task(run_json)
     model = task.train(run, args.manifest, out_dir, device=args.device, num_workers=args.num_workers, run_id=rid,
-                       progress=not args.no_progress, image_cache=args.image_cache)
+                       progress=not args.no_progress, image_cache=args.image_cache, runtime=runtime_from_args(args))
     if evaluate_out:  # the evaluation transform's cache, or the originals
         _evaluate(args, run_json, model, evaluate_out, args.eval_image_cache, curve, out_dir / "history.csv")
 
@@ -202,6 +206,18 @@ def cmd_plan(args) -> None:
     print(f"{len(plan['runs'])} runs, {len(plan['tables'])} tables -> {path}")
 
 
+def cmd_cost(args) -> None:
+    from rankrepro.plan.build import plan_from_config
+    from rankrepro.plan.cost import ProfileError, plan_cost, to_text
+    from rankrepro.plan.schema import PlanError, load_yaml
+
+    try:
+        cost = plan_cost(plan_from_config(load_yaml(Path(args.config))), args.gpu, args.results)
+    except (PlanError, ProfileError) as err:
+        sys.exit(f"cost: {err}")
+    print(json.dumps(cost, indent=1) if args.json else to_text(cost, per_run=args.runs), end="")
+
+
 def cmd_synthetic(args) -> None:
     from rankrepro.synthetic import run
 
@@ -301,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--evaluate-out", help="then evaluate the trained model into this metrics.json in the "
                            "same process (runtime.evaluate_in_train_job)")
             p.add_argument("--eval-image-cache", help="the image cache of that evaluation (default: the originals)")
+            add_runtime_flags(p)
 
     p = sub.add_parser("train-batch", help="train and evaluate several runs of one dataset in one process "
                        "(runtime.runs_per_job)")
@@ -317,6 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-cache", help="the training transform's image cache (as for train)")
     p.add_argument("--eval-image-cache", help="the evaluation transform's image cache (default: the originals)")
     p.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
+    add_runtime_flags(p)
     p.set_defaults(func=cmd_train_batch)
 
     p = sub.add_parser("adopt", help="put a run's files, staged by its training batch, into its folder "
@@ -376,6 +394,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/plan")
     p.set_defaults(func=cmd_plan)
 
+    p = sub.add_parser("cost", help="estimate the GPU-hours of every run, table and paper of a config's plan "
+                       "(throughput profile profiles/throughput/<gpu>.yaml)")
+    p.add_argument("--config", default="config.yaml")
+    p.add_argument("--gpu", default="h100", help="the GPU kind: profiles/throughput/<gpu>.yaml")
+    p.add_argument("--results", default="results", help="where prepared manifests are (their image counts)")
+    p.add_argument("--runs", action="store_true", help="also one line per run")
+    p.add_argument("--json", action="store_true", help="the whole estimate as JSON")
+    p.set_defaults(func=cmd_cost)
+
     p = sub.add_parser("synthetic", help="compute a result that needs no image dataset (toy figure, timing table)")
     p.add_argument("name", help="a registered result (rankrepro.synthetic)")
     p.add_argument("--out-prefix", required=True, help="writes <prefix>.md, .json (and .png for figures)")
@@ -402,11 +429,11 @@ def build_parser() -> argparse.ArgumentParser:
     hgldv2_cli.register(sub)
 
     p = sub.add_parser("bench", help="benchmarks that write results/bench/<what>.md")
-    p.add_argument("what", choices=["losses", "metrics", "plan", "pipeline", "demo"])
+    p.add_argument("what", choices=["losses", "metrics", "plan", "pipeline", "demo", "train"])
     p.add_argument("--out", default="results/bench")
     p.add_argument("--device", help="cpu or cuda (metrics: default cpu, writes metrics-cuda.md on cuda; "
                    "losses: default every device present; pipeline: default cuda when present, "
-                   "cpu skips the GPU rows)")
+                   "cpu skips the GPU rows; train: likewise, and on cuda writes profiles/throughput/<gpu>.yaml)")
     p.set_defaults(func=cmd_bench)
     return parser
 

@@ -9,6 +9,7 @@ from rankrepro.plan.build import plan_from_config, write_plan
 from rankrepro.plan.model import Plan
 from rankrepro.plan.schema import PlanError, check_yaml_files
 from rankrepro.plan.targets import HGLDV2_DIR, STAGED_DIR, TargetError, WorkflowTargets
+from rankrepro.tables.index import ESTIMATE_GPU
 
 try:  # validates config (the schema, its defaults filled in) as `python -m rankrepro plan` does
     check_yaml_files(workflow.configfiles)  # Snakemake's own loader keeps the last of a key given twice

@@ -107,6 +107,7 @@ rule results_index:
     input:
         plan=PLAN_FILE,
         results=TARGETS.index_inputs(),
+        throughput=f"profiles/throughput/{ESTIMATE_GPU}.yaml",  # the est. GPU h column's profile
     output:
         md="results/README.md",
         html=report(

@@ -69,6 +69,7 @@ rule train_batch:
         workers=RUNTIME["num_workers"],
         batch_size=RUNTIME["eval_batch_size"],
         cache=TARGETS.batch_cache_args,
+        runtime=TARGETS.runtime_flags,
     log:
         "results/logs/train/batch_{batch}.log",
     conda:
@@ -81,4 +82,4 @@ rule train_batch:
     shell:
         "python -m rankrepro train-batch --runs {input.runs:q} --staged {params.staged:q} --out {output:q}"
         " --manifest {params.manifest:q} --device {params.device:q} --num-workers {params.workers:q}"
-        " --threads {threads:q} --batch-size {params.batch_size:q} {params.cache:q} > {log:q} 2>&1"
+        " --threads {threads:q} --batch-size {params.batch_size:q} {params.cache:q} {params.runtime:q} > {log:q} 2>&1"

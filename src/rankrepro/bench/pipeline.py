@@ -187,9 +187,10 @@ def format_table(paths: list[Path], limit: int = 64, repeats: int = 3) -> list[d
 
 
 def train_throughput(dataset, run: dict, device: str | torch.device, *, batch_size: int = 256, workers: int = 8,
-                     warmup: int = 5, steps: int = 20, synthetic: bool = False, backbone: str | None = None) -> float:
-    """Training images/s of ``run``'s model (randomly initialised; ``backbone`` overrides it) with fp16
-    autocast, a GradScaler, channels-last and ``run``'s loss and optimizer, on batches of ``dataset``
+                     warmup: int = 5, steps: int = 20, synthetic: bool = False, backbone: str | None = None,
+                     amp: str = "fp16") -> float:
+    """Training images/s of ``run``'s model (randomly initialised; ``backbone`` overrides it) with ``amp``
+    autocast (fp16 by default), a GradScaler, channels-last and ``run``'s loss and optimizer, on batches of ``dataset``
     drawn with replacement through a DataLoader of ``workers`` workers (``synthetic``: one random batch
     kept on the device instead). ``steps`` timed steps after ``warmup``."""
     from torch.utils.data import DataLoader, RandomSampler
@@ -207,7 +208,7 @@ def train_throughput(dataset, run: dict, device: str | torch.device, *, batch_si
     labels = dataset.labels.numpy()
     criterion = build_loss(run["loss"], labels, cfg["embed_dim"]).to(device)
     optimizer = build_optimizer(run["optimizer"], model, criterion)
-    scaler = grad_scaler(device, "fp16")
+    scaler = grad_scaler(device, amp)
     total = warmup + steps
 
     if synthetic:
@@ -232,7 +233,7 @@ def train_throughput(dataset, run: dict, device: str | torch.device, *, batch_si
             t0 = time.perf_counter()
         images = images.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
         targets = targets.to(device, non_blocking=True)
-        with autocast(device, "fp16"):
+        with autocast(device, amp):
             embeddings = model(images)
         loss = criterion(embeddings.float(), targets)
         optimizer.zero_grad(set_to_none=True)

@@ -4,9 +4,11 @@ Adam (or SGD) with one learning rate for the backbone and one for the head (and
 one for loss parameters such as proxies); a per-epoch cosine or multi-step
 schedule; warm-up epochs during which the backbone is frozen and the schedules
 pause (SupRank's ``warmup_step``); for ``projection_init: pca``, the projection set to the
-PCA of the training features before a fresh run; autocast on CUDA; a checkpoint after every
-epoch from which a retried job resumes exactly; a per-epoch history. ``max_batches_per_epoch``
-ends an epoch early (smoke runs on replicas; null trains the sampler's whole epoch).
+PCA of the training features before a fresh run; autocast on CUDA (the run's ``amp``); a checkpoint
+after every epoch from which a retried job resumes exactly; a per-epoch history. ``max_batches_per_epoch``
+ends an epoch early (smoke runs on replicas; null trains the sampler's whole epoch). How fast it runs on
+this machine (channels-last, cuDNN benchmark, persistent workers, pinned memory, ``torch.compile``, GPU
+JPEG decoding) is the :class:`~rankrepro.engine.runtime.TrainRuntime`'s, never the run's.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from typing import Callable
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from rankrepro import losses
@@ -34,7 +35,9 @@ from rankrepro.data.samplers import build_sampler
 from rankrepro.data.transforms import test_transform, train_transform
 from rankrepro.engine.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
 from rankrepro.engine.device import autocast, grad_scaler, resolve_device
+from rankrepro.engine.loader import TrainLoader
 from rankrepro.engine.optim import build_optimizer, build_scheduler
+from rankrepro.engine.runtime import TrainRuntime
 from rankrepro.io import atomic_path, atomic_write_text
 from rankrepro.models import build_model
 from rankrepro.models.pca import init_projection_pca
@@ -76,14 +79,15 @@ def _history_csv(history: list[dict]) -> str:
 
 def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: str = "auto", num_workers: int = 0,
           run_id: str = "", progress: bool = True, image_cache: str | Path | None = None,
-          on_epoch_end: Callable[[int], None] | None = None) -> Path:
+          on_epoch_end: Callable[[int], None] | None = None, runtime: TrainRuntime | None = None) -> Path:
     """Train ``run`` (a complete record, ``run.json``) and write ``model.pt`` and ``history.csv`` into ``out_dir``.
 
     Every value comes from ``run``: a component that lacks one of its parameters (a run planned
     with a stale catalog) fails before anything is built. ``checkpoint.pt`` (in ``out_dir``) is
     written after every epoch and removed once the final outputs exist; a job that finds it
     resumes from it. ``image_cache``: the resized image cache its datasets read (None: the originals;
-    :class:`~rankrepro.data.images.ImageDataset`).
+    :class:`~rankrepro.data.images.ImageDataset`). ``runtime``: the speed settings
+    (:class:`~rankrepro.engine.runtime.TrainRuntime`; None: its defaults), none of which changes a CPU run's results.
     """
     check_run(run)
     out_dir = Path(out_dir)
@@ -91,12 +95,16 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
     ckpt_path = out_dir / "checkpoint.pt"
     dev = resolve_device(device)
     amp = run["amp"]
+    runtime = runtime or TrainRuntime()
+    runtime.check(dev)
+    runtime.apply_backends(dev)
 
     seed_everything(run["seed"])
     manifest = read_manifest(manifest_dir).split(run["train_split"])
     dataset = ImageDataset(manifest, train_transform(run["images"]), contiguous=True, cache=image_cache)
     sampler = build_sampler(run["sampler"], dataset.labels.numpy(), seed=run["seed"])
-    model = build_model(run["model"]).to(dev)
+    model = build_model(run["model"]).to(dev, memory_format=runtime.memory_format(dev))
+    forward = torch.compile(model) if runtime.compile else model  # the state dict stays the plain module's
     criterion = build_loss(run["loss"], dataset.labels.numpy(), run["model"]["embed_dim"]).to(dev)
     optimizer = build_optimizer(run["optimizer"], model, criterion)
     scheduler = build_scheduler(run["schedule"], optimizer, run["epochs"])
@@ -121,6 +129,8 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
         init_projection_pca(model, ImageDataset(manifest, test_transform(run["images"]), contiguous=True,
                                                 cache=image_cache), device=dev, amp=amp, max_images=model.pca_images, seed=run["seed"], num_workers=num_workers)
 
+    loader = TrainLoader(dataset, sampler, num_workers=num_workers, device=dev, runtime=runtime,
+                         images_cfg=run["images"])
     for epoch in range(start, run["epochs"]):
         frozen = epoch < run["warmup_epochs"]
         model.backbone.requires_grad_(not frozen)
@@ -129,16 +139,14 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
         if hasattr(criterion, "set_epoch"):
             criterion.set_epoch(epoch)
         generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,))))
-        loader = DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, generator=generator,
-                            pin_memory=dev.type == "cuda", persistent_workers=False)
         t0, seen, total, batches = time.perf_counter(), 0, 0.0, 0
         cap = run.get("max_batches_per_epoch")
-        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{run['epochs']}", file=sys.stderr, disable=not progress,
+        epoch_batches = loader.epoch(generator)
+        bar = tqdm(epoch_batches, desc=f"epoch {epoch + 1}/{run['epochs']}", file=sys.stderr, disable=not progress,
                    mininterval=5.0, total=min(len(sampler), cap) if cap else None)
-        for step, (images, labels, _) in enumerate(bar):
-            images, labels = images.to(dev, non_blocking=True), labels.to(dev, non_blocking=True)
+        for step, (images, labels) in enumerate(bar):
             with autocast(dev, amp):
-                embeddings = model(images)
+                embeddings = forward(images)
             loss = criterion(embeddings.float(), labels)
             if not torch.isfinite(loss):
                 kept = f"the last good checkpoint is {ckpt_path}" if ckpt_path.exists() else "no checkpoint yet"
@@ -154,6 +162,7 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
             bar.set_postfix(loss=f"{loss.item():.4f}")
             if cap and step + 1 >= cap:
                 break
+        epoch_batches.close()
         seconds = time.perf_counter() - t0
         history.append({
             "epoch": epoch + 1, "loss": total / max(seen, 1), "lr_backbone": _lr(optimizer, "backbone"),
@@ -171,6 +180,7 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
         if on_epoch_end is not None:
             on_epoch_end(epoch)
 
+    loader.close()
     model_path = out_dir / "model.pt"
     with atomic_path(model_path) as tmp:
         torch.save({"run_id": run_id, "model_cfg": run["model"], "state_dict": model.state_dict(),

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import rankrepro.hgldv2
 from rankrepro.data.cache import resize_uses_cache
+from rankrepro.engine.runtime import runtime_flags
 from rankrepro.plan.batches import BatchError, train_batches
 from rankrepro.plan.model import Plan, manifest_path
 from rankrepro.plan.schema import PlanError
@@ -72,6 +73,8 @@ class WorkflowTargets:
         for name, entry in sorted(plan.datasets.items()):
             if entry["facts"]["source"]:
                 self.sources.setdefault(entry["facts"]["source"], []).append(name)
+        #: the trainer's runtime settings (channels-last, workers, ...) as train / train-batch flags
+        self.runtime_flags = runtime_flags(self.runtime)
         self.runs_per_job = self.runtime["runs_per_job"]
         #: {batch name: [run id, ...]} (none when runtime.runs_per_job is 1: one job per run)
         self.batches: dict[str, list[str]] = {}
@@ -242,7 +245,8 @@ class WorkflowTargets:
             return ["adopt", "--batch", self.batch_record(self.batch_of(rid)), "--run-id", rid, "--out", run_dir(rid)]
         command = ["train", "--run", f"{run_dir(rid)}/run.json", "--manifest", self.run_manifest_dir(wildcards),
                    "--device", self.runtime["device"], "--num-workers", str(self.runtime["num_workers"]),
-                   "--threads", str(threads), *self._cache_args(rid, "train", "--image-cache")]
+                   "--threads", str(threads), *self._cache_args(rid, "train", "--image-cache"),
+                   *self.runtime_flags]
         if self.runtime["evaluate_in_train_job"]:
             files = self.evaluate_files(rid)
             command += ["--evaluate-out", files["metrics"], "--curve", files["curve"],

@@ -9,7 +9,8 @@ once. **Hours** are the wall time recorded by a table's runs (:func:`run_hours`)
 (``history.csv``: ``seconds`` per epoch, ``device`` per epoch) plus evaluation (``metrics.json``:
 ``seconds``; its ``device`` when recorded, else the training's), summed per device kind:
 **GPU-hours** (CUDA) and **CPU-hours**. A run shared by several tables counts in each of them;
-the total counts it once.
+the total counts it once. **est. GPU h** beside them is the estimate before running
+(:mod:`rankrepro.plan.cost`, ``python -m rankrepro cost``) on :data:`ESTIMATE_GPU`.
 
 Links are relative to ``results/`` (the index's folder).
 """
@@ -24,10 +25,14 @@ from collections import Counter
 from pathlib import Path
 
 from rankrepro.io import atomic_write_text
+from rankrepro.plan.cost import ProfileError, plan_cost
 from rankrepro.plan.model import Plan, TablePlan, as_table_plan
 from rankrepro.tables.formats import md_cell, parse_number
 from rankrepro.tables.kinds.base import WITHIN
 from rankrepro.tables.kinds.static import STATIC_DATA
+
+#: the GPU kind of the index's estimate (profiles/throughput/<kind>.yaml)
+ESTIMATE_GPU = "h100"
 
 LAYOUT = """\
 - `manifests/<dataset>/` — manifest.csv + meta.json per prepared dataset
@@ -114,9 +119,15 @@ def build_index(plan: Plan | dict, results_dir: str | Path) -> dict:
         tables.append(entry)
         if (results_dir / "tables" / f"{key}.png").is_file():  # a sweep's plot
             figures.append(key)
+    try:
+        estimate = plan_cost(plan, ESTIMATE_GPU, results_dir)
+    except ProfileError as err:
+        estimate = {"error": str(err)}
+    for entry in tables:
+        entry["est_gpu_h"] = estimate.get("tables", {}).get(f"{entry['paper']}/{entry['table']}")
     synthetic = list(plan.synthetic.get("names", []))
     return {
-        "tables": tables, "shared": sorted(shared),
+        "tables": tables, "shared": sorted(shared), "estimate": {k: v for k, v in estimate.items() if k != "runs"},
         "total": {
             "tables": len(tables), "papers": len({t["paper"] for t in tables}),
             "cells": sum(t["cells"] for t in tables), "reproduced": sum(t["reproduced"] for t in tables),
@@ -141,6 +152,24 @@ def _hours(value: float) -> str:
     return f"{value:.2f}" if value >= 0.01 else "<0.01"
 
 
+def _estimated(entry: dict | None) -> str:
+    """A table's estimated GPU-hours (``—`` without runs or estimate; ``+N?``: runs without an image count)."""
+    if not entry or entry["runs"] == entry["not_estimated"]:
+        return "—"
+    return _hours(entry["gpu_h"]) + (f" (+{entry['not_estimated']}?)" if entry["not_estimated"] else "")
+
+
+def _estimate_note(estimate: dict) -> str:
+    if "error" in estimate:
+        return f"est. GPU h: no estimate ({estimate['error']})."
+    if not estimate:
+        return ""
+    how = "measured" if estimate["measured"] else "assumed, not measured"
+    return (f"est. GPU h: the estimate before running on one {estimate['gpu']} (`python -m rankrepro cost`; "
+            f"throughputs {how}: `profiles/throughput/{ESTIMATE_GPU}.yaml`; \"+N?\": N runs without an image count); "
+            f"the plan's total {_hours(estimate['total']['gpu_h'])} GPU-hours, each run once.")
+
+
 def to_markdown(index: dict) -> str:
     """``results/README.md``: the index (see the module docstring)."""
     t = index["total"]
@@ -163,9 +192,9 @@ def to_markdown(index: dict) -> str:
         f"from (replica: generated replicas, meaningless as results; {STATIC_DATA}: a table of text "
         "the paper prints, e.g. its hyper-parameters, shown as transcribed). Hours: training + evaluation wall time "
         "of the table's runs recorded on a CUDA device (GPU) or on CPU; a run shared by several tables "
-        "(runs column, \"shared\") counts in each of them."), "",
-        "| paper | table | files | data | cells | reproduced | within 1 pt | pending | runs | GPU h | CPU h |",
-        "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|",
+        "(runs column, \"shared\") counts in each of them. " + _estimate_note(index.get("estimate", {}))), "",
+        "| paper | table | files | data | cells | reproduced | within 1 pt | pending | runs | GPU h | CPU h | est. GPU h |",
+        "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for e in index["tables"]:
         key = f"{e['paper']}/{e['table']}"
@@ -177,7 +206,7 @@ def to_markdown(index: dict) -> str:
         hours = ("—", "—") if not e["has_runs"] else (_hours(e["gpu_h"]), _hours(e["cpu_h"]))
         lines.append(f"| {md_cell(e['paper'])} | {md_cell(e['table'] + ': ' + e['title'])} | {files} | {e['data']} | "
                      f"{e['cells']} | {e['reproduced']} | {e['within']} | {e['pending']} | {runs} | {hours[0]} | "
-                     f"{hours[1]} |")
+                     f"{hours[1]} | {_estimated(e.get('est_gpu_h'))} |")
     pending = [e for e in index["tables"] if e["reasons"]]
     if pending:
         lines += ["", "### Pending cells, by reason", ""]

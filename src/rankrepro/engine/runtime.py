@@ -1,0 +1,113 @@
+"""How a run is trained on this machine: speed settings that are never part of the run record or its id.
+
+:class:`TrainRuntime` holds the config's ``runtime`` keys below (src/rankrepro/plan/schemas/config.schema.yaml);
+``python -m rankrepro train`` / ``train-batch`` take them as flags (:func:`add_runtime_flags`,
+:func:`runtime_from_args`) and hand the object to :func:`rankrepro.engine.train.train`.
+
+Each one leaves a CPU run's results unchanged, bit for bit:
+
+- ``channels_last`` (default on): the model and its input batches in the channels-last memory format; CUDA only;
+- ``cudnn_benchmark`` (default on): ``torch.backends.cudnn.benchmark`` (cuDNN picks the fastest convolution
+  per input shape); CUDA only;
+- ``persistent_workers`` (default on): the training loader's workers live for the whole run instead of one
+  epoch; each worker reseeds itself at an epoch's first item exactly as a fresh worker would
+  (:mod:`rankrepro.engine.loader`), so the data, and an exact resume, do not change; with ``num_workers`` > 0;
+- ``prefetch_factor`` (default 4): batches each worker prepares ahead (which worker loads which batch does not
+  change); with ``num_workers`` > 0;
+- ``pin_memory`` (default on): page-locked batches, copied to the GPU with ``non_blocking``; CUDA only;
+- ``compile`` (default off): the forward pass through ``torch.compile`` (the model's state dict, checkpoints and
+  ``model.pt`` stay those of the plain module); numerically close to, not identical with, eager mode;
+- ``gpu_decode`` (default off): workers read the JPEG bytes only; the main process decodes each batch on the GPU
+  (``torchvision.io.decode_jpeg(device='cuda')``) and applies the run's train transform to the GPU tensors
+  (:mod:`rankrepro.engine.gpu_decode`); the random crops and flips are drawn as before, the resize is
+  torchvision's tensor resize (antialiased), so pixels differ slightly from Pillow's. CUDA only: refused on CPU.
+
+Mixed precision is the run's own ``amp`` key (fp16 where the official code used it, bf16, none): it is part of
+the recipe, not of the runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported where it is used: the CLI parses these flags without it
+    import torch
+
+__all__ = ["TrainRuntime", "RuntimeSettingError", "add_runtime_flags", "runtime_from_args"]
+
+
+class RuntimeSettingError(ValueError):
+    """A runtime setting that cannot apply on this device (``gpu_decode`` without CUDA)."""
+
+
+@dataclass(frozen=True)
+class TrainRuntime:
+    """The speed settings of a training (module docstring); the defaults are the config schema's."""
+
+    channels_last: bool = True
+    cudnn_benchmark: bool = True
+    persistent_workers: bool = True
+    prefetch_factor: int = 4
+    pin_memory: bool = True
+    compile: bool = False
+    gpu_decode: bool = False
+
+    def check(self, device: torch.device) -> None:
+        """Refuse a setting that cannot apply on ``device``, naming the config key."""
+        if self.gpu_decode and device.type != "cuda":
+            raise RuntimeSettingError(f"runtime.gpu_decode (--gpu-decode) needs CUDA, but the device is {device}; "
+                                "set runtime.gpu_decode: false to decode with Pillow in the loader workers")
+        if self.prefetch_factor < 1:
+            raise RuntimeSettingError(f"runtime.prefetch_factor must be >= 1, got {self.prefetch_factor}")
+
+    def apply_backends(self, device: torch.device) -> None:
+        """Process-wide switches: ``cudnn.benchmark`` on CUDA."""
+        if device.type == "cuda" and self.cudnn_benchmark:
+            import torch
+
+            torch.backends.cudnn.benchmark = True
+
+    def memory_format(self, device: torch.device) -> torch.memory_format:
+        """channels-last on CUDA when asked, else the default contiguous format."""
+        import torch
+
+        return torch.channels_last if self.channels_last and device.type == "cuda" else torch.contiguous_format
+
+    def pin(self, device: torch.device) -> bool:
+        return self.pin_memory and device.type == "cuda"
+
+
+#: config key -> CLI flag of ``train`` / ``train-batch``
+FLAGS = {f.name: "--" + f.name.replace("_", "-") for f in fields(TrainRuntime)}
+
+
+def add_runtime_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of every :class:`TrainRuntime` field (``--channels-last`` / ``--no-channels-last``, ...,
+    ``--prefetch-factor N``), defaulting to the field's default."""
+    for f in fields(TrainRuntime):
+        key = f"runtime.{f.name}"
+        if f.type in (bool, "bool"):
+            parser.add_argument(FLAGS[f.name], action=argparse.BooleanOptionalAction, default=f.default,
+                                help=f"{key} (default {'on' if f.default else 'off'})")
+        else:
+            parser.add_argument(FLAGS[f.name], type=int, default=f.default, help=f"{key} (default {f.default})")
+
+
+def runtime_flags(runtime: dict) -> list[str]:
+    """The flags of :func:`add_runtime_flags` that give a config's ``runtime`` block (its keys named as
+    the :class:`TrainRuntime` fields; other keys of the block are not the trainer's)."""
+    flags = []
+    for f in fields(TrainRuntime):
+        value = runtime.get(f.name, f.default)
+        if f.type in (bool, "bool"):
+            flags.append(FLAGS[f.name] if value else "--no-" + FLAGS[f.name][2:])
+        else:
+            flags += [FLAGS[f.name], str(value)]
+    return flags
+
+
+def runtime_from_args(args: argparse.Namespace) -> TrainRuntime:
+    """The :class:`TrainRuntime` of parsed flags (:func:`add_runtime_flags`)."""
+    return TrainRuntime(**{f.name: getattr(args, f.name) for f in fields(TrainRuntime)})
