@@ -258,7 +258,7 @@ def run(out_dir="results/bench", *, classes_per_super: int = 10, image_size: int
     from rankrepro.data.images import ImageDataset
     from rankrepro.data.manifest import read_manifest
     from rankrepro.data.transforms import train_transform
-    from rankrepro.io import atomic_write_json, atomic_write_text
+    from rankrepro.bench import gpu_not_measured, write_record
 
     sop = sop_run()
     images_cfg = sop["images"]
@@ -305,12 +305,8 @@ def run(out_dir="results/bench", *, classes_per_super: int = 10, image_size: int
                                                                   steps=gpu_steps)})
             record["gpu"] = rows
         else:
-            record["gpu"] = "not measured: no GPU on this machine" if not torch.cuda.is_available() else \
-                "not measured: --device cpu"
-    out_dir = Path(out_dir)
-    atomic_write_json(out_dir / "pipeline.json", record)
-    atomic_write_text(out_dir / "pipeline.md", render(record))
-    return record
+            record["gpu"] = gpu_not_measured()
+    return write_record(out_dir, "pipeline", record, render(record))
 
 
 def render(record: dict) -> str:

@@ -143,7 +143,7 @@ def run(out_dir="results/bench", device: str | None = None, cpu_steps: int = 2, 
     from rankrepro.data.images import ImageDataset
     from rankrepro.data.manifest import read_manifest
     from rankrepro.data.transforms import train_transform
-    from rankrepro.io import atomic_write_json, atomic_write_text
+    from rankrepro.bench import gpu_not_measured, write_record
     from rankrepro.plan.cost import PROFILES_DIR
 
     cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
@@ -166,12 +166,8 @@ def run(out_dir="results/bench", device: str | None = None, cpu_steps: int = 2, 
             record["profile"] = str(write_profile(record["gpu"], fp32 / fp16, torch.cuda.get_device_name(0),
                                                   PROFILES_DIR))
         else:
-            record["gpu"] = "not measured: no GPU on this machine" if not torch.cuda.is_available() else \
-                "not measured: --device cpu"
-    out_dir = Path(out_dir)
-    atomic_write_json(out_dir / "train.json", record)
-    atomic_write_text(out_dir / "train.md", render(record))
-    return record
+            record["gpu"] = gpu_not_measured()
+    return write_record(out_dir, "train", record, render(record))
 
 
 def _rows(rows: list[dict]) -> list[str]:
