@@ -53,7 +53,9 @@ class Planner:
         all_layers = [*setup_layers(setup, self.setups), *layers, (self.overrides_label, self.overrides)]
         if seed is not None:
             all_layers.append(("spec seeds", {"seed": seed}))
-        key = canonical_json(all_layers)
+        # the layers' data decide the run (their labels and ``context`` only word the messages of a run that
+        # fails, and a run that completed once completes again): cells that describe one run share its key
+        key = canonical_json([data for _, data in all_layers])
         if key not in self._resolved:
             merged, origins = merge_layers(all_layers)
             self._resolved[key] = complete_run(merged, origins, self.catalog, self.schemas, context)
