@@ -29,7 +29,8 @@ def test_embed_dim_0_fails_planning_naming_the_key():
     ({"loss": {"name": "blackbox_ap", "lambda_val": 0}}, "loss.lambda_val", "> 0"),
     ({"loss": {"name": "multi_similarity", "beta": 0}}, "loss.beta", "> 0"),
     ({"loss": {"name": "calibration", "hierarchy_level": -1}}, "loss.hierarchy_level", ">= 0"),
-    ({"loss": {"name": "pnp_dq", "index_blocks": 0}}, "loss.index_blocks", ">= 1"),
+    ({"loss": {"name": "pnp_dq", "index_blocks": 1}}, "loss.index_blocks", ">= 2"),  # the loss refuses < 2
+    ({"loss": {"name": "softbin_ap", "num_bins": 1}}, "loss.num_bins", ">= 2"),
     ({"loss": {"name": "topk_precision", "k": 0}}, "loss.k", ">= 1"),
     ({"loss": {"name": "normalized_softmax", "temperature": 0}}, "loss.temperature", "> 0"),
     ({"model": {"pooling": {"name": "gem", "p": 0}}}, "model.pooling.p", "> 0"),

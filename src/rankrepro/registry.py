@@ -10,7 +10,8 @@ The builder's *parameters* are its keyword parameters, minus the fixed ones, min
 registry's ``context`` (arguments the caller supplies at build time, e.g. a sampler's
 ``labels`` and ``seed`` or a loss's ``num_classes``). Each parameter has a default
 (or is required) and a JSON type read from its annotation (or from its default); a size is
-annotated with a bounded alias -- :data:`PositiveInt` (>= 1), :data:`NonNegativeInt` (>= 0),
+annotated with a bounded alias -- :data:`PositiveInt` (>= 1), :data:`AtLeastTwoInt` (>= 2, e.g. a number
+of bins or of samples per block), :data:`NonNegativeInt` (>= 0),
 :data:`PositiveFloat` (> 0), :data:`NonNegativeFloat` (>= 0), also inside ``| None`` and as the
 items of ``list[...]``/``Sequence[...]`` -- and the catalog records the bound (``minimum`` or
 ``exclusiveMinimum``, JSON Schema's words; ``items`` for a sequence), so a zero size fails the
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 __all__ = ["Registry", "Entry", "Parameter", "signature_parameters", "UnknownNameError", "ParameterError", "json_types",
-           "check_json_type", "check_parameters", "PositiveInt", "NonNegativeInt", "PositiveFloat", "NonNegativeFloat"]
+           "check_json_type", "check_parameters", "PositiveInt", "AtLeastTwoInt", "NonNegativeInt", "PositiveFloat", "NonNegativeFloat"]
 
 
 class UnknownNameError(KeyError, ValueError):
@@ -52,11 +53,13 @@ REQUIRED = inspect.Parameter.empty
 
 #: bounded sizes for annotations (``num_bins: PositiveInt = 10``, ``chunk_size: PositiveInt | None = None``)
 PositiveInt = int
+AtLeastTwoInt = int
 NonNegativeInt = int
 PositiveFloat = float
 NonNegativeFloat = float
 #: annotation token of a bounded alias -> (its plain token, its bound as JSON Schema keywords)
-_BOUNDED = {"PositiveInt": ("int", {"minimum": 1}), "NonNegativeInt": ("int", {"minimum": 0}),
+_BOUNDED = {"PositiveInt": ("int", {"minimum": 1}), "AtLeastTwoInt": ("int", {"minimum": 2}),
+            "NonNegativeInt": ("int", {"minimum": 0}),
             "PositiveFloat": ("float", {"exclusiveMinimum": 0}), "NonNegativeFloat": ("float", {"minimum": 0})}
 
 # annotation token -> JSON types (``float`` accepts integers, as JSON numbers do)

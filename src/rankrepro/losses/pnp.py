@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rankrepro.registry import PositiveFloat, PositiveInt
+from rankrepro.registry import AtLeastTwoInt, PositiveFloat, PositiveInt
 
 from .rank import DEFAULT_MAX_ELEMENTS, RankingLoss
 from .steps import SigmoidStep
@@ -85,7 +85,7 @@ class PNPLoss(RankingLoss):
         alpha: float | None = 4.0,
         include_query: bool = True,
         dq_legacy_sign: bool = False,
-        index_blocks: PositiveInt | None = None,
+        index_blocks: AtLeastTwoInt | None = None,
         chunk_size: PositiveInt | None = None,
         max_elements: PositiveInt = DEFAULT_MAX_ELEMENTS,
     ):

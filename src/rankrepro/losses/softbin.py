@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rankrepro.registry import PositiveInt
+from rankrepro.registry import AtLeastTwoInt
 
 from .inputs import attached_zero, clear_self_pairs, no_autocast, retrieval_lists
 from .registry import register
@@ -56,7 +56,7 @@ class SoftBinAP(torch.nn.Module):
     divides by zero there); if none is left the loss is 0, still attached to the graph.
     """
 
-    def __init__(self, num_bins: PositiveInt = 20, s_min: float = -1.0, s_max: float = 1.0,
+    def __init__(self, num_bins: AtLeastTwoInt = 20, s_min: float = -1.0, s_max: float = 1.0,
                  include_query: bool = True):
         super().__init__()
         if not (isinstance(num_bins, int) and num_bins >= 2):
