@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
+from rankrepro.io import load_yaml
 
 #: profiles/demo/demo.yaml's run_overrides
-DEMO = yaml.safe_load((Path(__file__).resolve().parents[1] / "profiles" / "demo" / "demo.yaml").read_text())[
-    "run_overrides"]
+DEMO = load_yaml(Path(__file__).resolve().parents[1] / "profiles" / "demo" / "demo.yaml")["run_overrides"]
 
 
 def run_of(planner, setup: str, loss: dict) -> dict:

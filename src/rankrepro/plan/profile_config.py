@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
+from rankrepro.io import load_yaml
 
 __all__ = ["PROFILE_CONFIGFILE", "profile_configfile"]
 
@@ -41,7 +41,7 @@ def profile_configfile(config: dict, argv: list[str]) -> str | None:
     for folder in _profiles_in(argv) if path is None else ():
         profile = folder / "config.yaml"
         if profile.is_file():
-            path = ((yaml.safe_load(profile.read_text()) or {}).get("config") or {}).get(PROFILE_CONFIGFILE)
+            path = ((load_yaml(profile) or {}).get("config") or {}).get(PROFILE_CONFIGFILE)
             if path:
                 break
     if path is not None and not Path(path).is_file():

@@ -58,6 +58,11 @@ def md_mark(text: str, mark: str) -> str:
     return f"**{text}**" if mark == BEST else f"<u>{text}</u>" if mark == SECOND else text
 
 
+def column_title(column: dict) -> str:
+    """A column's title: its group (when it has one) and its header."""
+    return f"{column.get('group', '')} {column['header']}".strip()
+
+
 def markdown_page(spec: dict, intro: str, replica_note: str | None, header: list[str], rows: list[list[str]],
                   notes: list[str]) -> str:
     """A table's Markdown page: its title line (paper, table, caption), ``intro``, the replica

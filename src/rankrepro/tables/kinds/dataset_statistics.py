@@ -17,7 +17,8 @@ from fractions import Fraction
 from pathlib import Path
 
 from rankrepro.plan.schema import PlanError
-from rankrepro.tables.formats import REPLICA_TEX, latex_table, markdown_page, numbers_csv, tex_escape, write_outputs
+from rankrepro.tables.formats import (REPLICA_TEX, column_title, latex_table, markdown_page, numbers_csv, tex_escape,
+                                      write_outputs)
 from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import KindPlan, TableError, TableKind, check_paper_counts
 
@@ -101,10 +102,6 @@ def _diff_value(ours, paper):
     return ours - paper if isinstance(ours, int) and float(paper).is_integer() else round(ours - paper, 2)
 
 
-def _column_title(column: dict) -> str:
-    return f"{column.get('group', '')} {column['header']}".strip()
-
-
 def statistics_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
     """One dict per (row, column): name, dataset, splits, column, statistic, paper, ours, diff, status."""
     out = []
@@ -118,7 +115,7 @@ def statistics_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
             ours = values[r][column["statistic"]] if r in values else None
             out.append({
                 "name": row["name"], "dataset": row["dataset"], "splits": "+".join(cell["splits"]),
-                "column": _column_title(column), "statistic": column["statistic"],
+                "column": column_title(column), "statistic": column["statistic"],
                 "paper": paper, "ours": ours, "diff": _diff_value(ours, paper),
                 "status": "ours" if ours is not None else (cell["pending"] or "missing"),
             })
@@ -140,7 +137,7 @@ def _stat_parts(entry: dict) -> list[str]:
 
 def statistics_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
     ncol = len(spec["columns"])
-    header = ["Dataset", "Manifest splits"] + [f"{_column_title(c)} {part}" for c in spec["columns"]
+    header = ["Dataset", "Manifest splits"] + [f"{column_title(c)} {part}" for c in spec["columns"]
                                                for part in ("paper", "ours", "Δ")]
     intro = (f"Source: {spec['source']}. Paper numbers beside ours, counted from the dataset manifests "
              "(results/manifests/<dataset>/); pooled splits (a + b) are summed; Δ = ours − paper; "

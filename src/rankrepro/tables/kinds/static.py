@@ -13,8 +13,8 @@ from __future__ import annotations
 import csv
 
 from rankrepro.plan.schema import PlanError
-from rankrepro.tables.formats import (csv_text, group_spans, html_text, latex_table, md_row, md_rule, tex_text,
-                                      write_outputs)
+from rankrepro.tables.formats import (column_title, csv_text, group_spans, html_text, latex_table, markdown_page,
+                                      tex_text, write_outputs)
 from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import KindPlan, TableKind, check_paper_counts
 
@@ -25,27 +25,18 @@ STATIC_NOTE = "A static table: text transcribed from the paper, nothing to repro
 STATIC_DATA = "static: transcribed, nothing to reproduce"
 
 
-def _column_title(column: dict) -> str:
-    return f"{column.get('group', '')} {column['header']}".strip()
-
-
 def static_rows(spec: dict) -> list[dict]:
     """One dict per (row, column) of a static table: method, column, paper (the cell as printed)."""
-    return [{"method": row["method"], "column": _column_title(column), "paper": row["cells"][c]}
+    return [{"method": row["method"], "column": column_title(column), "paper": row["cells"][c]}
             for row in spec["rows"] for c, column in enumerate(spec["columns"])]
 
 
 def static_markdown(spec: dict) -> str:
     """The paper's cells as a Markdown table, as printed, under the note that the table is static."""
-    header = [spec.get("row_header", "Method")] + [_column_title(c) for c in spec["columns"]]
-    lines = [f"# {spec['paper']} {spec['table']}: {spec['caption']}", "",
-             f"Source: {spec['source']}. {STATIC_NOTE}", "", md_row(header), md_rule(len(header))]
-    for row in spec["rows"]:
-        lines.append(md_row([row["method"], *row["cells"]]))
+    header = [spec.get("row_header", "Method")] + [column_title(c) for c in spec["columns"]]
     notes = [f"{row['method']}: {row['note']}" for row in spec["rows"] if row.get("note")]
-    if notes:
-        lines += ["", "Notes:"] + [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
+    return markdown_page(spec, f"Source: {spec['source']}. {STATIC_NOTE}", None, header,
+                         [[row["method"], *row["cells"]] for row in spec["rows"]], notes)
 
 
 def static_latex(spec: dict) -> str:
