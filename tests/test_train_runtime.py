@@ -8,7 +8,7 @@ from datautil import sop_manifest
 from PIL import Image
 
 from rankrepro.cli import build_parser
-from rankrepro.engine.gpu_decode import decode_batch
+from rankrepro.engine.gpu_decode import decode_batch, tensor_train_transform
 from rankrepro.engine.runtime import FLAGS, RuntimeSettingError, TrainRuntime, runtime_flags, runtime_from_args
 from rankrepro.engine.train import train
 from rankrepro.plan.schema import SCHEMA_DIR, load_yaml
@@ -56,7 +56,8 @@ def _encoded(fmt: str, size) -> torch.Tensor:
 def test_decode_batch_gives_the_train_transforms_tensors():
     """JPEG and PNG bytes of different sizes -> [B, 3, crop, crop], normalised as ToTensor + Normalize would."""
     images = tiny_run()["images"]
-    batch = decode_batch([_encoded("JPEG", (40, 30)), _encoded("PNG", (25, 33))], images, torch.device("cpu"))
+    batch = decode_batch([_encoded("JPEG", (40, 30)), _encoded("PNG", (25, 33))], tensor_train_transform(images),
+                         torch.device("cpu"))
     crop = images["train_crop"]
     assert batch.shape == (2, 3, crop, crop) and batch.dtype == torch.float32
     red = (200 / 255 - 0.485) / 0.229

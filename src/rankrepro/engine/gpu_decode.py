@@ -67,7 +67,7 @@ def _decode(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor
     return out
 
 
-def decode_batch(data: list[torch.Tensor], images_cfg: dict, device: torch.device) -> torch.Tensor:
-    """The batch's images decoded on ``device`` and transformed (:func:`tensor_train_transform`): [B, 3, H, W]."""
-    transform = tensor_train_transform(images_cfg)
+def decode_batch(data: list[torch.Tensor], transform: T.Compose, device: torch.device) -> torch.Tensor:
+    """The batch's images decoded on ``device`` and transformed by ``transform`` (the run's
+    :func:`tensor_train_transform`, built once per loader): [B, 3, H, W]."""
     return torch.stack([transform(image) for image in _decode(data, torch.device(device))])

@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torch.utils.data._utils.worker import _generate_state
 
-from rankrepro.engine.gpu_decode import EncodedImages, collate_encoded, decode_batch
+from rankrepro.engine.gpu_decode import EncodedImages, collate_encoded, decode_batch, tensor_train_transform
 from rankrepro.engine.runtime import TrainRuntime
 
 __all__ = ["TrainLoader", "epoch_base_seed"]
@@ -82,9 +82,10 @@ class TrainLoader:
                  images_cfg: dict | None = None):
         self.device = device
         self.memory_format = runtime.memory_format(device)
-        self.images_cfg = images_cfg if runtime.gpu_decode else None
         if runtime.gpu_decode and images_cfg is None:
             raise ValueError("TrainLoader: gpu_decode needs the run's images block (images_cfg)")
+        #: the train transform applied on the device after decoding there (gpu_decode), else None
+        self.gpu_transform = tensor_train_transform(images_cfg) if runtime.gpu_decode else None
         self.persistent = runtime.persistent_workers and num_workers > 0
         items = EncodedImages(dataset) if runtime.gpu_decode else dataset
         self.options = {"num_workers": num_workers, "pin_memory": runtime.pin(device) and not runtime.gpu_decode,
@@ -106,8 +107,8 @@ class TrainLoader:
         else:
             loader = DataLoader(self.items, batch_sampler=self.sampler, generator=generator, **self.options)
         for images, labels, _ in loader:
-            if self.images_cfg is not None:
-                images = decode_batch(images, self.images_cfg, self.device)
+            if self.gpu_transform is not None:
+                images = decode_batch(images, self.gpu_transform, self.device)
             else:
                 images = images.to(self.device, non_blocking=True)
             yield images.contiguous(memory_format=self.memory_format), labels.to(self.device, non_blocking=True)
