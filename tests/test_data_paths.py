@@ -175,3 +175,18 @@ def test_every_dataset_names_the_list_file_and_line_of_a_path_that_leaves_the_ro
     assert bad in message and listed.file in message, message
     assert re.search(rf"{re.escape(listed.where)}(?!\d)", message), message
     assert not (tmp_path / "m" / META_JSON).exists()
+
+
+def test_cache_refuses_a_folder_of_it_that_is_a_symlink_leaving_it(extracted, tmp_path):
+    """A path that stays inside the cache folder as text but crosses a symlink to elsewhere is refused."""
+    root, manifest_dir = extracted
+    rel = read_manifest(manifest_dir).table["path"].iat[0]
+    out = tmp_path / "results" / "cache" / "s8"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    first = rel.split("/")[0]
+    out.mkdir(parents=True)
+    (out / first).symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ValueError, match="would be cached outside"):
+        cache.build_cache(manifest_dir, 8, out)
+    assert not any(outside.iterdir())

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import shutil
 import sys
 import time
@@ -152,8 +153,16 @@ def _check_inside(manifest, out_dir: Path) -> None:
     from rankrepro.data.paths import leaves_root
 
     folder = out_dir.resolve()
+    inside: dict[str, bool] = {}  # per parent folder: a symlink leaving out_dir sits in a folder of the path
     for index, rel in enumerate(manifest.table["path"]):
-        if not isinstance(rel, str) or leaves_root(rel) or not (folder / rel).resolve().is_relative_to(folder):
+        if not isinstance(rel, str) or leaves_root(rel):
+            escapes = True
+        else:
+            parent = posixpath.dirname(rel)
+            if parent not in inside:
+                inside[parent] = (folder / parent).resolve().is_relative_to(folder)
+            escapes = not inside[parent]
+        if escapes:
             raise ValueError(f"image path {rel!r} ({manifest.describe_row(index)}) would be cached outside "
                              f"{out_dir}; refusing to build the cache: prepare the manifest again from the dataset")
 
@@ -170,10 +179,10 @@ def build_cache(manifest_dir: str | Path, size: int, out_dir: str | Path, *, qua
     out_dir = Path(out_dir)
     settings = cache_settings(manifest_dir, size, quality)
     manifest = read_manifest(manifest_dir)
-    _check_inside(manifest, out_dir)  # before anything is written
     record = read_record(out_dir)
-    if _matches(record, settings):
+    if _matches(record, settings):  # built from this very manifest, which was checked then
         return record
+    _check_inside(manifest, out_dir)  # before anything is written
     partial = _read_json(out_dir / PARTIAL_JSON)
     if out_dir.is_dir() and any(out_dir.iterdir()):
         if record is None and partial is None:
