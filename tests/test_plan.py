@@ -46,7 +46,7 @@ def test_suprank_sop_setup_is_the_paper_setup():
     assert run["model"]["backbone"] == "resnet50" and run["model"]["embed_dim"] == 512
     assert run["model"]["layernorm"] and run["model"]["pooling"] == {"name": "avg"}
     assert run["sampler"]["batch_size"] == 256 and run["sampler"]["samples_per_class"] == 4
-    assert run["optimizer"]["lr_backbone"] == 5e-5 and run["schedule"]["name"] == "cosine"
+    assert run["optimizer"]["groups"]["backbone"]["lr"] == 5e-5 and run["schedule"]["name"] == "cosine"
     assert run["epochs"] == 100 and run["images"]["train_crop"] == 224 and run["warmup_epochs"] == 5
 
 
@@ -55,9 +55,15 @@ def test_a_run_pins_every_default_of_every_component():
     cat = catalog.load()
     for block, kind, extra in ((run["loss"], "loss", {"name", "memory"}), (run["sampler"], "sampler", {"name"}),
                                (run["model"], "model", {"name"}), (run["schedule"], "schedule", {"name"}),
-                               (run["optimizer"], "optimizer", {"name", "lr_backbone", "lr_head", "lr_loss"})):
+                               (run["optimizer"], "optimizer", {"name", "groups"})):
         assert set(block) - extra == set(cat[kind][block["name"]]["parameters"]), kind
-    assert run["loss"]["memory"] is None and run["optimizer"]["lr_loss"] == 10.0
+    groups = run["optimizer"]["groups"]
+    assert set(groups) == {"backbone", "head", "loss"}
+    for group in groups.values():
+        assert set(group) == {"lr", "optimizer", "weight_decay", "lr_min", "warmup_frozen"}
+    # smooth_ap names no proxy group: the loss's (absent) parameters follow the head's settings, never frozen
+    assert groups["loss"] == {**groups["head"], "warmup_frozen": False} and groups["backbone"]["warmup_frozen"]
+    assert run["loss"]["memory"] is None
     assert run["amp"] == "fp16" and run["train_split"] == "train"
     assert run["images"]["rrc_scale"] == [0.16, 1.0]
     assert run["eval"]["metrics"] == ["R@1", "R@10", "R@100", "R@1000", "mAP@R", "RP"]
@@ -131,8 +137,22 @@ def test_training_refuses_a_default_changed_in_code_without_rewriting_the_catalo
     ({"epochs": 3}, r"warmup_epochs \(5, .*suprank.yaml: suprank_base\) exceeds epochs \(3, config run_overrides\)"),
     ({"eval": {"metrics": ["R@1", "mAP@X"]}}, r"config run_overrides \(cell .*\): eval.metrics\[1\]: "
                                               r"unknown metric 'mAP@X'"),
-    ({"optimizer": {"name": "sgd", "momentum": 0.9}}, r"config run_overrides \(cell .*\): optimizer: 'lr_backbone' is "
+    ({"optimizer": {"name": "sgd", "momentum": 0.9}}, r"config run_overrides \(cell .*\): optimizer: 'groups' is "
                                                       r"required and given by no setup, spec or override"),
+    ({"optimizer": {"groups": {"net": {"lr": 1e-5}}}}, r"config run_overrides \(cell .*\): optimizer.groups.net: 'net' "
+                                                       r"is the whole model: set it alone"),
+    ({"optimizer": {"groups": {"head": None}}}, r"optimizer.groups: the model's parameters need the groups 'backbone' "
+                                                r"and 'head', or 'net' \(given: backbone\)"),
+    ({"optimizer": {"groups": {"loss": {"lr": 1.0, "optimizer": "adagrad"}}}},
+     r"config run_overrides \(cell .*\): optimizer.groups.loss.optimizer: unknown optimizer 'adagrad'"),
+    ({"optimizer": {"groups": {"head": {"lr_min": 1.0}}}}, r"optimizer.groups.head.lr_min: floor 1.0 is above"),
+    ({"schedule": {"name": "constant"}, "optimizer": {"groups": {"loss": {"lr": 1.0, "lr_min": 0.1}}}},
+     r"optimizer.groups.loss.lr_min: a floor needs a schedule with one \(cosine\); the schedule is 'constant' "
+     r"\(config run_overrides\)"),
+    ({"optimizer": {"groups": {"proxies": {"lr": 1.0}}}}, r"config run_overrides: optimizer.groups: 'proxies' is not one of"),
+    ({"per_loss": {"roadmapp": {"loss": {"lam": 0.2}}}}, r"config run_overrides: per_loss.roadmapp: unknown loss 'roadmapp'"),
+    ({"per_loss": {"roadmap": {"loss": {"name": "sup_ap"}}}}, r"config run_overrides: per_loss.roadmap.loss.name: 'sup_ap' "
+                                                              r"in the entry of loss 'roadmap'"),
 ])
 def test_a_bad_override_fails_the_plan_naming_the_key(overrides, message):
     with pytest.raises(PlanError, match=message):

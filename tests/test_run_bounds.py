@@ -48,8 +48,8 @@ def test_a_size_of_zero_fails_planning_naming_the_key(overrides, key, bound):
     ({"sampler": {"samples_per_class": -2}}, r"sampler.samples_per_class: -2 is less than the minimum of 1"),
     ({"sampler": {"super_classes_per_batch": 0}}, r"sampler.super_classes_per_batch: 0 is less than the minimum"),
     ({"sampler": {"batches_per_super_tuple": 0}}, r"sampler.batches_per_super_tuple: 0 is less than the minimum"),
-    ({"optimizer": {"lr_head": 0}}, r"optimizer.lr_head: 0 is less than or equal to the minimum of 0"),
-    ({"optimizer": {"lr_loss": 0}}, r"optimizer.lr_loss: 0 is less than or equal to the minimum of 0"),
+    ({"optimizer": {"groups": {"head": {"lr": -1e-5}}}}, r"optimizer.groups.head.lr: -1e-05 is less than the minimum of 0"),
+    ({"optimizer": {"groups": {"loss": {"lr": 1.0, "weight_decay": -1}}}}, r"optimizer.groups.loss.weight_decay: -1 is less than the minimum of 0"),
     ({"images": {"train_resize": [0, 4]}}, r"images.train_resize"),
     ({"loss": {"memory": {"size": 0, "warmup_epochs": 0}}}, r"loss.memory"),
 ])
@@ -59,7 +59,7 @@ def test_run_keys_are_bounded_by_the_schema(overrides, message):
 
 
 def test_a_backbone_learning_rate_of_0_stays_allowed():
-    make_plan(TABLE1, {"optimizer": {"lr_backbone": 0}})  # a frozen backbone is meaningful
+    make_plan(TABLE1, {"optimizer": {"groups": {"backbone": {"lr": 0}}}})  # a frozen backbone is meaningful
 
 
 def test_the_catalog_records_the_bounds_and_the_check_applies_them():

@@ -73,7 +73,7 @@ def test_the_papers_common_settings(planner, setup):
     assert model["freeze_bn"]  # code: resnet50_frozen_normalize
     # "Adam ... initial learning rate 10^-5, weight decay 4x10^-4"
     opt = run["optimizer"]
-    assert opt["name"] == "adam" and opt["lr_backbone"] == opt["lr_head"] == 1e-5 and opt["weight_decay"] == 4e-4
+    assert opt["name"] == "adam" and opt["groups"]["backbone"]["lr"] == opt["groups"]["head"]["lr"] == 1e-5 and opt["weight_decay"] == 4e-4
     # "randomly sample k classes and |P| samples per class"; Fig. 8(c): |P| = 4 is best
     assert run["sampler"]["name"] == "m_per_class" and run["sampler"]["samples_per_class"] == 4
     # "randomly crop them to 224x224 ... a single center crop of 224x224"; code RandomResizedCrop(224),
@@ -118,7 +118,7 @@ def test_inat(planner):
     run = run_of(planner, "pnp_inat_224", PNP_DQ)
     # Table 5: "the same batch size (224)"; one learning rate (Smooth-AP's last layer x2 not followed)
     assert run["sampler"] == {"name": "m_per_class", "batch_size": 224, "samples_per_class": 4}
-    assert run["optimizer"]["lr_head"] == 1e-5
+    assert run["optimizer"]["groups"]["head"]["lr"] == 1e-5
     # Smooth-AP code main.py iNaturalist override: 90 epochs, milestones [40, 70]
     assert run["epochs"] == 90 and run["schedule"]["milestones"] == [40, 70]
     assert run["eval"]["metrics"] == ["R@1", "R@4", "R@16", "R@32"]

@@ -56,7 +56,7 @@ def test_shared_training(planner, setup):
     opt = run["optimizer"]
     assert opt["name"] == "adam" and opt["weight_decay"] == 4e-4 and run["sampler"]["batch_size"] == 128
     # A "higher learning rates for the embedding layer" (FastAP's default lrmult 10)
-    assert opt["lr_head"] == pytest.approx(10 * opt["lr_backbone"])
+    assert opt["groups"]["head"]["lr"] == pytest.approx(10 * opt["groups"]["backbone"]["lr"])
     # A "at most 80 epochs with a learning rate drop by 70% after 35 epochs"
     assert run["epochs"] == 80 and run["warmup_epochs"] == 0
     assert run["schedule"] == {"name": "multistep", "milestones": [35], "gamma": 0.3}
@@ -93,7 +93,7 @@ def test_table9_values_are_the_setups(planner):
     assert [c["key"] for c in spec["columns"]] == ["sop", "inshop", "cub"]
     for c, column in enumerate(spec["columns"]):
         run = run_of(planner, setup_of[column["key"]], RAMBO_RECALL)
-        assert run["optimizer"]["lr_backbone"] == pytest.approx(rows["lr"][c])
+        assert run["optimizer"]["groups"]["backbone"]["lr"] == pytest.approx(rows["lr"][c])
         assert run["loss"]["margin"] == rows["margin"][c]
         assert run["loss"]["lambda_val"] == rows["λ"][c]
 

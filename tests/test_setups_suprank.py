@@ -53,11 +53,15 @@ def test_inat(planner):
     assert run["images"]["train_crop"] == 224 and run["images"]["test_crop"] == 224
     # VII-A: "Adam optimizer (with learning rate ... 1e-5 on iNaturalist, with cosine decay)
     # and train for 100 epochs"
-    assert run["optimizer"]["name"] == "adam" and run["optimizer"]["lr_backbone"] == 1e-5
+    assert run["optimizer"]["name"] == "adam" and run["optimizer"]["groups"]["backbone"]["lr"] == 1e-5
     assert run["schedule"]["name"] == "cosine" and run["epochs"] == 100
-    # official optimizer/inat.yaml: head 2x, wd 4e-4, cosine to 1e-6; NSM proxies Adam lr 10
-    assert run["optimizer"]["lr_head"] == 2e-5 and run["optimizer"]["weight_decay"] == 4e-4
-    assert run["schedule"]["eta_min"] == 1e-6 and run["optimizer"]["lr_loss"] == 10.0
+    # official optimizer/inat.yaml: head 2x, wd 4e-4, cosine to 1e-6; loss/ROADMAP_pp_inat.yaml: the
+    # proxies' own Adam (lr 10, wd 0, cosine to 0.1), Sup-AP start 0.0 and offset 1.0
+    groups = run["optimizer"]["groups"]
+    assert groups["head"]["lr"] == 2e-5 and run["optimizer"]["weight_decay"] == 4e-4
+    assert groups["head"]["lr_min"] == groups["backbone"]["lr_min"] == run["schedule"]["eta_min"] == 1e-6
+    assert groups["loss"] == {"optimizer": "adam", "lr": 10.0, "weight_decay": 0.0, "lr_min": 0.1, "warmup_frozen": False}
+    assert (run["loss"]["start"], run["loss"]["offset"]) == (0.0, 1.0)
     assert run["loss"]["memory"] is None  # Tables I and II train without memory
     # Tables I/II: R@1, mAP@R; Table IV: R@1, 4, 16, 32
     assert {"R@1", "mAP@R", "R@4", "R@16", "R@32"} <= set(run["eval"]["metrics"])
@@ -77,7 +81,7 @@ def test_cub(planner):
     assert run["loss"]["memory"] == {"size": 5864, "warmup_epochs": 5}
     assert run_of(planner, "suprank_cub", {"name": "smooth_ap"})["loss"]["memory"] is None  # the roadmap row's
     # official optimizer/cub.yaml (the paper gives no CUB rate)
-    assert run["optimizer"]["lr_backbone"] == 1e-6 and run["optimizer"]["lr_head"] == 2e-6
+    assert run["optimizer"]["groups"]["backbone"]["lr"] == 1e-6 and run["optimizer"]["groups"]["head"]["lr"] == 2e-6
     # Table IV: R@1, 2, 4, 8
     assert {"R@1", "R@2", "R@4", "R@8", "mAP@R"} <= set(run["eval"]["metrics"])
 
@@ -92,7 +96,7 @@ def test_sop_hier_is_the_sop_training(planner):
     assert {k: v for k, v in hier.items() if k != "eval"} == {k: v for k, v in flat.items() if k != "eval"}
     # VII-A: "the hierarchical sampling of [24] for SOP", batch 256 = 4 per class, lr 5e-5
     assert hier["sampler"]["name"] == "hierarchical" and hier["sampler"]["batch_size"] == 256
-    assert hier["optimizer"]["lr_backbone"] == 5e-5 and hier["epochs"] == 100
+    assert hier["optimizer"]["groups"]["backbone"]["lr"] == 5e-5 and hier["epochs"] == 100
     # Table V: R@1, AP, H-AP, ASI, NDCG; Table IX: fine R@1 / AP and coarse AP
     assert {"R@1", "mAP@R", "AP_level0", "AP_level1", "mAP@R_level1", "H-AP", "ASI", "NDCG"} <= set(
         hier["eval"]["metrics"])
@@ -102,7 +106,7 @@ def test_sop_hier_is_the_sop_training(planner):
 def test_inat_hier(planner, setup, levels):
     run = run_of(planner, setup, SETUPS[setup][1])
     # VII-C: the setting of VII-A: iNat lr 1e-5, cosine, 100 epochs, batch 256 (4 per class), 224 px
-    assert run["optimizer"]["lr_backbone"] == 1e-5 and run["schedule"]["name"] == "cosine"
+    assert run["optimizer"]["groups"]["backbone"]["lr"] == 1e-5 and run["schedule"]["name"] == "cosine"
     assert run["epochs"] == 100 and run["sampler"]["batch_size"] == 256
     assert run["images"]["train_crop"] == 224 and run["model"]["embed_dim"] == 512
     assert len(catalog.load()["dataset"][run["dataset"]]["facts"]["levels"]) == levels
@@ -125,7 +129,9 @@ def test_dyml_vehicle_animal(planner, setup):
     assert run["model"]["backbone"] == "resnet34" and run["model"]["pretrained"] == "none"
     assert not run["model"]["freeze_bn"] and run["model"]["embed_dim"] == 512
     opt = run["optimizer"]
-    assert opt["name"] == "sgd" and opt["lr_backbone"] == opt["lr_head"] == opt["lr_loss"] == 0.1
+    # official optimizer/dyml.yaml: one SGD group "net" (the proxies follow it)
+    assert opt["name"] == "sgd" and set(opt["groups"]) == {"net", "loss"}
+    assert opt["groups"]["net"]["lr"] == opt["groups"]["loss"]["lr"] == 0.1
     assert opt["nesterov"] and opt["momentum"] == 0.9 and opt["weight_decay"] == 1e-4
     assert run["epochs"] == 100 and run["warmup_epochs"] == 0 and run["schedule"]["eta_min"] == 1e-6
     assert run["sampler"]["batch_size"] == 256 and run["images"]["train_crop"] == 224
@@ -139,7 +145,9 @@ def test_dyml_product(planner):
     assert run["model"]["backbone"] == "resnet34" and run["model"]["pretrained"] == "imagenet"
     assert run["model"]["freeze_bn"] and run["epochs"] == 20 and run["warmup_epochs"] == 5
     opt = run["optimizer"]
-    assert opt["name"] == "sgd" and opt["lr_backbone"] == 0.01 and opt["lr_head"] == 0.02 and opt["lr_loss"] is None
+    assert opt["name"] == "sgd" and set(opt["groups"]) == {"backbone", "head", "loss"}  # suprank_dyml's net removed
+    assert opt["groups"]["backbone"]["lr"] == 0.01 and opt["groups"]["head"]["lr"] == opt["groups"]["loss"]["lr"] == 0.02
+    assert opt["groups"]["backbone"]["warmup_frozen"] and opt["nesterov"] and opt["momentum"] == 0.9
     assert run["schedule"]["eta_min"] == 1e-5
     assert run["eval"]["metrics"] == ["mAP", "ASI_level0", "R@1"]
 
@@ -154,7 +162,7 @@ def test_hgldv2(planner):
     # VII-C3: "We use a batch size of 256 and train for ~55k steps with Adam and a learning rate
     # of 1e-5 decayed using a cosine schedule"
     assert run["sampler"]["batch_size"] == 256
-    assert run["optimizer"]["name"] == "adam" and run["optimizer"]["lr_backbone"] == 1e-5
+    assert run["optimizer"]["name"] == "adam" and run["optimizer"]["groups"]["backbone"]["lr"] == 1e-5
     assert run["schedule"]["name"] == "cosine"
     steps = run["epochs"] * 970_981 / 256  # H-GLDv2 train images (remove_nan), an upper bound per epoch
     assert 50_000 <= steps <= 60_000

@@ -71,7 +71,7 @@ def test_the_base_resolves_once_completed(planner):
     # 4.4: "We use the ADAM optimizer"; code: eps 1e-2, wd 5e-4, backbone 1e-3, embedding 1e-5, loss 1e-3
     opt = run["optimizer"]
     assert opt["name"] == "adam" and opt["eps"] == 1e-2 and opt["weight_decay"] == 5e-4
-    assert (opt["lr_backbone"], opt["lr_head"], opt["lr_loss"]) == (1e-3, 1e-5, 1e-3)
+    assert (opt["groups"]["backbone"]["lr"], opt["groups"]["head"]["lr"], opt["groups"]["loss"]["lr"]) == (1e-3, 1e-5, 1e-3)
     # code: MultiStepLR gamma 0.1, no warm-up, float32
     assert run["schedule"]["name"] == "multistep" and run["schedule"]["gamma"] == 0.1
     assert run["warmup_epochs"] == 0 and run["amp"] == "none"

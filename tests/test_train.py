@@ -87,7 +87,7 @@ def test_warmup_freezes_the_backbone_and_pauses_the_schedule(tmp_path, manifest_
     assert all(torch.equal(initial[k], trained[k]) for k in backbone)
     assert any(not torch.equal(initial[k], trained[k]) for k in head)
     row = (tmp_path / "history.csv").read_text().splitlines()[1].split(",")
-    assert row[-1] == "True" and float(row[2]) == run["optimizer"]["lr_backbone"]
+    assert row[-1] == "True" and float(row[2]) == run["optimizer"]["groups"]["backbone"]["lr"]
 
 
 class ExplodingLoss(torch.nn.Module):

@@ -45,7 +45,7 @@ COMPONENTS = {
     ("model",): ("model", ()),
     ("model", "pooling"): ("pooling", ()),
     ("sampler",): ("sampler", ()),
-    ("optimizer",): ("optimizer", ("lr_backbone", "lr_head", "lr_loss")),
+    ("optimizer",): ("optimizer", ("groups",)),
     ("schedule",): ("schedule", ()),
     ("loss",): ("loss", ("memory",)),
 }

@@ -123,7 +123,7 @@ def _import_run(client, exp_id: str, run_dir: Path) -> str:
         with files[1].open() as fh:
             for row in csv.DictReader(fh):
                 step = int(row["epoch"])
-                for name in ("loss", "lr_backbone", "lr_head", "seconds", "images_per_s"):
+                for name in ("loss", *(k for k in row if k.startswith("lr_")), "seconds", "images_per_s"):
                     metrics.append(Metric(f"train/{name}", float(row[name]), now, step))
         metrics += [Metric(metric_key(k), float(v), now, 0) for k, v in result["metrics"].items()]
         for i in range(0, len(params), 100):

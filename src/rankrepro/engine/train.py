@@ -1,9 +1,9 @@
 """The training loop of one run.
 
-Adam (or SGD) with one learning rate for the backbone and one for the head (and
-one for loss parameters such as proxies); a per-epoch cosine or multi-step
-schedule; warm-up epochs during which the backbone is frozen and the schedules
-pause (SupRank's ``warmup_step``); for ``projection_init: pca``, the projection set to the
+The optimizers of the run's parameter groups (backbone, head or the whole net, the loss's proxies:
+:mod:`rankrepro.engine.optim`); a per-epoch cosine or multi-step schedule; warm-up epochs during which
+the groups marked ``warmup_frozen`` are frozen and the schedules pause (SupRank's ``warmup_step`` and
+``warmup_keys``); for ``projection_init: pca``, the projection set to the
 PCA of the training features before a fresh run; autocast on CUDA (the run's ``amp``); a checkpoint
 after every epoch from which a retried job resumes exactly; a per-epoch history. ``max_batches_per_epoch``
 ends an epoch early (smoke runs on replicas; null trains the sampler's whole epoch). How fast it runs on
@@ -42,10 +42,10 @@ from rankrepro.io import atomic_path, atomic_write_text
 from rankrepro.models import build_model
 from rankrepro.models.pca import init_projection_pca
 
-# device: where the epoch ran ("cpu", or "cuda: <GPU name>"); with seconds, what the results index
-# (rankrepro.tables.index) sums into GPU-hours and CPU-hours
-HISTORY_FIELDS = ["epoch", "loss", "lr_backbone", "lr_head", "seconds", "batches", "images_per_s", "device",
-                  "backbone_frozen"]
+# history.csv: epoch, loss, lr_<group> (the rate each parameter group trained at), seconds, batches,
+# images_per_s, device (where the epoch ran: "cpu", or "cuda: <GPU name>"; with seconds, what the results index,
+# rankrepro.tables.index, sums into GPU-hours and CPU-hours) and warmup (a warm-up epoch: groups frozen, schedule paused)
+HISTORY_FIELDS = ["epoch", "loss", "seconds", "batches", "images_per_s", "device", "warmup"]
 
 
 class NonFiniteLossError(RuntimeError):
@@ -65,13 +65,10 @@ def build_loss(block: dict, labels: np.ndarray, embed_dim: int):
     return losses.build(**block, context=data_context(labels.max(axis=0) + 1, embed_dim))
 
 
-def _lr(optimizer, name: str) -> float:
-    return next(g["lr"] for g in optimizer.param_groups if g["name"] == name)
-
-
 def _history_csv(history: list[dict]) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=HISTORY_FIELDS)
+    rates = [k for k in history[0] if k.startswith("lr_")] if history else []
+    writer = csv.DictWriter(buffer, fieldnames=[*HISTORY_FIELDS[:2], *rates, *HISTORY_FIELDS[2:]])
     writer.writeheader()
     writer.writerows(history)
     return buffer.getvalue()
@@ -132,8 +129,8 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
     loader = TrainLoader(dataset, sampler, num_workers=num_workers, device=dev, runtime=runtime,
                          images_cfg=run["images"])
     for epoch in range(start, run["epochs"]):
-        frozen = epoch < run["warmup_epochs"]
-        model.backbone.requires_grad_(not frozen)
+        warmup = epoch < run["warmup_epochs"]
+        optimizer.set_warmup(warmup)
         model.train()
         sampler.set_epoch(epoch)
         if hasattr(criterion, "set_epoch"):
@@ -152,9 +149,9 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
                 kept = f"the last good checkpoint is {ckpt_path}" if ckpt_path.exists() else "no checkpoint yet"
                 raise NonFiniteLossError(f"run {run_id}: loss became {loss.item()} at epoch {epoch + 1}, "
                                          f"step {step}; {kept}")
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
             scaler.scale(loss).backward()
-            scaler.step(optimizer)
+            optimizer.step(scaler)
             scaler.update()
             seen += len(images)
             batches += 1
@@ -165,12 +162,12 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
         epoch_batches.close()
         seconds = time.perf_counter() - t0
         history.append({
-            "epoch": epoch + 1, "loss": total / max(seen, 1), "lr_backbone": _lr(optimizer, "backbone"),
-            "lr_head": _lr(optimizer, "head"), "seconds": round(seconds, 3), "batches": batches,
-            "images_per_s": round(seen / seconds, 2) if seconds > 0 else math.nan, "backbone_frozen": frozen,
+            "epoch": epoch + 1, "loss": total / max(seen, 1),
+            **{f"lr_{g['name']}": g["lr"] for g in optimizer.param_groups}, "seconds": round(seconds, 3),
+            "batches": batches, "images_per_s": round(seen / seconds, 2) if seconds > 0 else math.nan, "warmup": warmup,
             "device": f"cuda: {torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else dev.type,
         })
-        if not frozen:
+        if not warmup:
             scheduler.step()
         print(f"epoch {epoch + 1}: loss {history[-1]['loss']:.5f}, {history[-1]['images_per_s']} images/s",
               file=sys.stderr)

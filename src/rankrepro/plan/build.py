@@ -64,7 +64,8 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
         if name not in planner.catalog["synthetic"]:
             raise PlanError(f"config synthetic.names: unknown result {name!r}; registered: "
                             f"{', '.join(sorted(planner.catalog['synthetic']))}")
-    return Plan(dict(sorted(runs.items())), tables_out, datasets, synthetic).to_json()
+    return Plan(dict(sorted(runs.items())), tables_out, datasets, synthetic,
+                provenance={rid: planner.provenance[rid] for rid in sorted(runs)}).to_json()
 
 
 def plan_datasets(used: set[str], datasets_config: dict, catalog: dict) -> dict:

@@ -6,7 +6,9 @@ so the record pins everything training and evaluation will use. It is validated 
 component names and parameters, metric names) with errors that name the file and key the
 wrong value came from. Its id is ``<dataset>-<loss>-<first 10 hex of the SHA-1 of its
 canonical JSON>`` (:func:`run_id`): cells describing the same run share it, and a changed
-default (through the catalog) changes it.
+default (through the catalog) changes it. Every value a default fills gets its origin (the run
+schema, a component's code default, :mod:`rankrepro.plan.groups`), so :func:`provenance` says where
+each value of the complete run came from.
 """
 
 from __future__ import annotations
@@ -16,11 +18,16 @@ import hashlib
 import json
 
 from rankrepro.catalog import COMPONENTS, NAME_REFS
+from rankrepro.plan.groups import complete_groups
 from rankrepro.plan.merge import get_path, origin_of
 from rankrepro.plan.schema import PlanError, Schemas, dotted, fill_schema_defaults, first_error
 from rankrepro.registry import ParameterError, check_parameters
 
-__all__ = ["ID_NEUTRAL_DEFAULTS", "canonical_json", "check_batch_split", "complete_run", "run_id"]
+__all__ = ["ID_NEUTRAL_DEFAULTS", "SCHEMA_DEFAULT", "canonical_json", "check_batch_split", "complete_run", "leaf_paths",
+           "provenance", "run_id"]
+
+#: the origin of a value the run schema's default filled
+SCHEMA_DEFAULT = "run schema default (src/rankrepro/plan/schemas/run.schema.yaml)"
 
 
 def canonical_json(obj) -> str:
@@ -46,14 +53,33 @@ def _where(origins: dict, path: tuple, context: str) -> str:
     return f"{origin_of(origins, path)}{context}: {dotted(path)}"
 
 
+def leaf_paths(obj: dict, prefix: tuple = ()) -> list[tuple]:
+    """The key paths of ``obj``'s values that are not dicts (a list is one value), in order."""
+    out = []
+    for key, value in obj.items():
+        path = (*prefix, key)
+        out.extend(leaf_paths(value, path) if isinstance(value, dict) and value else [path])
+    return out
+
+
+def provenance(run: dict, origins: dict) -> dict[str, str]:
+    """``{dotted key: origin}`` of every value of a complete ``run`` (the ``origins`` its completion recorded)."""
+    return {dotted(path): origin_of(origins, path) for path in leaf_paths(run)}
+
+
 def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, context: str = "") -> dict:
     """Fill the defaults of a merged run and validate it (see the module docstring).
 
-    ``context`` is added to the origin of a wrong value in messages (e.g. which cell)."""
+    ``origins`` (the merge's) gets the origin of every value a default fills. ``context`` is added to
+    the origin of a wrong value in messages (e.g. which cell)."""
     run = copy.deepcopy(merged)
     if isinstance(get_path(run, ("model", "pooling")), str):
         run["model"]["pooling"] = {"name": run["model"]["pooling"]}
+    given = set(leaf_paths(run))
     fill_schema_defaults(run, schemas.run)
+    for path in leaf_paths(run):
+        if path not in given:
+            origins.setdefault(path, SCHEMA_DEFAULT)
     error = first_error(run, schemas.run)
     if error is not None:
         path = tuple(error.absolute_path)
@@ -89,7 +115,10 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
         except ParameterError as err:
             raise PlanError(f"{_where(origins, path, context)}: {err}") from None
         for key, spec in entry["parameters"].items():
-            block.setdefault(key, copy.deepcopy(spec.get("default")))
+            if key not in block:
+                block[key] = copy.deepcopy(spec.get("default"))
+                origins[(*path, key)] = f"code default of {kind} {name!r} ({entry['target']})"
+    complete_groups(run, origins, catalog, context)
     check_batch_split(run, origins, context)
     if run["warmup_epochs"] > run["epochs"]:  # the backbone would never train
         raise PlanError(f"run{context}: warmup_epochs ({run['warmup_epochs']}, {origin_of(origins, ('warmup_epochs',))}) "

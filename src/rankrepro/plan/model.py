@@ -9,7 +9,10 @@ The planner writes the plan as JSON (``results/plan/plan.<hash>.json`` and one
 - ``tables``: ``{"<paper>/<table>": table}``, each ``{"paper", "table", "spec", "cells", "runs"}``,
   with ``"datasets"`` (the manifests its cells read) and ``"spec_file"`` where its kind records them;
 - ``datasets``: ``{name: {"facts", "config"}}``; ``synthetic``: ``{"names", "scale", "seed"}``;
-  ``hgldv2``: the checked ``hgldv2`` block (plans made from a config).
+  ``hgldv2``: the checked ``hgldv2`` block (plans made from a config);
+- ``provenance``: ``{run_id: {dotted key: origin}}``, where each value of each run came from (the setup
+  file and setup, the spec's row or column, the config's overrides, a default: :attr:`Planner.provenance
+  <rankrepro.plan.planner.Planner.provenance>`), what the recipe cards print (:mod:`rankrepro.recipe`).
 
 What a table is computed from, what it reads and renders, is its kind's
 (:mod:`rankrepro.tables.kinds`): :attr:`TablePlan.kind`. Paths are under a results folder
@@ -148,11 +151,12 @@ class Plan:
     datasets: dict[str, dict]
     synthetic: dict
     hgldv2: dict | None = None
+    provenance: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: dict) -> Plan:
         return cls(data.get("runs", {}), {key: TablePlan.from_json(t) for key, t in data["tables"].items()},
-                   data.get("datasets", {}), data.get("synthetic", {}), data.get("hgldv2"))
+                   data.get("datasets", {}), data.get("synthetic", {}), data.get("hgldv2"), data.get("provenance", {}))
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
@@ -164,6 +168,8 @@ class Plan:
                "datasets": self.datasets, "synthetic": self.synthetic}
         if self.hgldv2 is not None:
             out["hgldv2"] = self.hgldv2
+        if self.provenance:
+            out["provenance"] = self.provenance
         return out
 
     def run_record(self, run_id: str, where: str = "the plan") -> dict:

@@ -4,12 +4,14 @@ A **run** is a fully resolved experiment (``schemas/run.schema.yaml``). For tabl
 column) it is the merge (:mod:`rankrepro.plan.merge`), in this order, of
 
 1. the column's setup and every setup it ``extends`` (:mod:`rankrepro.plan.setups`),
+   then the entries of every layer's ``per_loss`` for the run's loss (:func:`~rankrepro.plan.setups.apply_per_loss`),
 2. the spec's layers (for a runs table: the column's ``run`` block, the row's ``loss``, the
    row's ``run`` block; each table kind says which: :mod:`rankrepro.tables.kinds`),
 3. the config's ``run_overrides``,
 4. the seed, when the spec lists ``seeds``,
 
-then completed and validated (:mod:`rankrepro.plan.complete`).
+then completed and validated (:mod:`rankrepro.plan.complete`). :attr:`Planner.provenance` keeps,
+per run id, where each of its values came from (the first cell that resolved it).
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import copy
 
 from rankrepro import catalog as catalog_mod
 from rankrepro.catalog import COMPONENTS
-from rankrepro.plan.complete import canonical_json, complete_run
+from rankrepro.plan.complete import canonical_json, complete_run, provenance, run_id
 from rankrepro.plan.merge import get_path, merge_layers
 from rankrepro.plan.planned import dataset_pending, load_planned, run_pending
 from rankrepro.plan.schema import PlanError, Schemas, dotted, validate
-from rankrepro.plan.setups import Setup, load_setups, setup_layers
+from rankrepro.plan.setups import Setup, apply_per_loss, check_per_loss, load_setups, setup_layers
 
 __all__ = ["Planner", "resolve_run"]
 
@@ -40,7 +42,11 @@ class Planner:
         self.overrides = overrides or {}
         self.overrides_label = overrides_label
         self._resolved: dict = {}  # the same layers give the same run: complete it once
+        self.provenance: dict[str, dict[str, str]] = {}  # run id -> {dotted key: origin}
         validate(self.overrides, self.schemas.partial_run, overrides_label, text_hint=True)
+        check_per_loss(self.overrides, self.schemas, overrides_label, losses=self.catalog["loss"])
+        for setup in self.setups.values():
+            check_per_loss(setup.data, self.schemas, setup.label, losses=self.catalog["loss"])
         for path, (kind, _) in COMPONENTS.items():  # a name in the overrides must exist
             name = get_path(self.overrides, (*path, "name"))
             if name is not None and name not in self.catalog[kind]:
@@ -50,16 +56,20 @@ class Planner:
     def resolve(self, setup: str, layers: list[tuple[str, dict]] = (), seed: int | None = None,
                 context: str = "") -> dict:
         """The complete run of ``setup`` with the spec's ``layers`` and the overrides (and ``seed``)."""
-        all_layers = [*setup_layers(setup, self.setups), *layers, (self.overrides_label, self.overrides)]
+        chain = setup_layers(setup, self.setups)
+        all_layers = [*chain, *layers, (self.overrides_label, self.overrides)]
         if seed is not None:
             all_layers.append(("spec seeds", {"seed": seed}))
         # the layers' data decide the run (their labels and ``context`` only word the messages of a run that
         # fails, and a run that completed once completes again): cells that describe one run share its key
         key = canonical_json([data for _, data in all_layers])
         if key not in self._resolved:
-            merged, origins = merge_layers(all_layers)
-            self._resolved[key] = complete_run(merged, origins, self.catalog, self.schemas, context)
-        return copy.deepcopy(self._resolved[key])
+            merged, origins = merge_layers(apply_per_loss(all_layers, len(chain)))
+            run = complete_run(merged, origins, self.catalog, self.schemas, context)
+            self._resolved[key] = (run, run_id(run), provenance(run, origins))
+        run, rid, origins = self._resolved[key]
+        self.provenance.setdefault(rid, origins)
+        return copy.deepcopy(run)
 
     def pending(self, setup: str, loss: str, where: str) -> str | None:
         """Why a cell has no run yet (planned names), None when it has one; unknown names fail."""

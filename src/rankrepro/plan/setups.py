@@ -3,6 +3,8 @@
 A setup may ``extends:`` another (its parent's values, then its own); :func:`setup_layers`
 gives the chain, root first, as merge layers labelled with the file and setup name.
 :func:`sweep_layer` is the partial run that sets one dotted key (a sweep's point).
+A partial run's ``per_loss`` block (``{loss name: partial run}``, the run schema) is checked by
+:func:`check_per_loss` and applied by :func:`apply_per_loss`.
 """
 
 from __future__ import annotations
@@ -10,9 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankrepro.plan.merge import get_path, merge_layers
 from rankrepro.plan.schema import PlanError, Schemas, load_yaml, rel_path, validate
 
-__all__ = ["SETUPS_DIR", "Setup", "load_setups", "setup_chain", "setup_layers", "sweep_layer"]
+__all__ = ["PER_LOSS", "SETUPS_DIR", "Setup", "apply_per_loss", "check_per_loss", "load_setups", "setup_chain",
+           "setup_layers", "sweep_layer"]
+
+PER_LOSS = "per_loss"
 
 SETUPS_DIR = Path(__file__).resolve().parent / "setups"
 
@@ -42,6 +48,7 @@ def load_setups(setups_dir: str | Path = SETUPS_DIR, schemas: Schemas | None = N
                 raise PlanError(f"{rel_path(file)}: setup {name!r} is also defined in {rel_path(setups[name].file)}")
             partial = {k: v for k, v in body.items() if k not in ("extends", "description")}
             validate(partial, schemas.partial_run, f"{rel_path(file)}", prefix=(name,))
+            check_per_loss(partial, schemas, f"{rel_path(file)}", prefix=(name,))
             setups[name] = Setup(name, file, body)
     for setup in setups.values():
         setup_chain(setup.name, setups)  # unknown parents and cycles fail here
@@ -75,3 +82,35 @@ def sweep_layer(param: str, value) -> dict:
     for key in reversed(param.split(".")):
         layer = {key: layer}
     return layer
+
+
+def check_per_loss(partial: dict, schemas: Schemas, where: str, prefix: tuple = (), losses=None) -> None:
+    """:class:`PlanError` naming ``where`` and the key when an entry of ``partial``'s ``per_loss`` is not a
+    partial run, holds a ``per_loss`` of its own, names another loss in its ``loss`` block, or (with the
+    catalog's ``losses``) names an unregistered loss."""
+    for name, entry in (partial.get(PER_LOSS) or {}).items():
+        at = (*prefix, PER_LOSS, name)
+        validate(entry, schemas.partial_run, where, prefix=at)
+        if PER_LOSS in entry:
+            raise PlanError(f"{where}: {'.'.join(map(str, at))}.{PER_LOSS}: per_loss entries cannot nest")
+        if get_path(entry, ("loss", "name")) not in (None, name):
+            raise PlanError(f"{where}: {'.'.join(map(str, at))}.loss.name: {entry['loss']['name']!r} in the entry "
+                            f"of loss {name!r}: leave the name out")
+        if losses is not None and name not in losses:
+            raise PlanError(f"{where}: {'.'.join(map(str, at))}: unknown loss {name!r}; registered: "
+                            f"{', '.join(sorted(losses))}")
+
+
+def apply_per_loss(layers: list[tuple[str, dict]], after: int) -> list[tuple[str, dict]]:
+    """``layers`` without their ``per_loss`` blocks, with the entries for the run's loss (the name the merged
+    layers end with) inserted after the first ``after`` layers (the setup's), in layer order, each labelled
+    ``<its layer>: per_loss.<name>``. An entry's ``loss`` block carries the name, so a later block naming the
+    same loss merges into it key by key (and one naming another loss replaces it whole)."""
+    name = get_path(merge_layers(layers)[0], ("loss", "name"))
+    entries = []
+    for label, data in layers:
+        entry = ((data or {}).get(PER_LOSS) or {}).get(name)
+        if entry is not None:
+            entries.append((f"{label}: {PER_LOSS}.{name}", {**entry, "loss": {**entry.get("loss", {}), "name": name}}))
+    stripped = [(label, {k: v for k, v in (data or {}).items() if k != PER_LOSS}) for label, data in layers]
+    return [*stripped[:after], *entries, *stripped[after:]]

@@ -19,7 +19,8 @@ from pathlib import Path
 from rankrepro.io import atomic_path
 
 #: history.csv columns that are not curves (bookkeeping) or get their own panel
-NOT_PLOTTED = {"epoch", "seconds", "batches", "images_per_s", "device", "backbone_frozen", "loss", "lr_backbone", "lr_head"}
+# (and the lr_<group> columns, on the learning-rate panel)
+NOT_PLOTTED = {"epoch", "seconds", "batches", "images_per_s", "device", "warmup", "loss"}
 MARKERS = "osD^v<>pPX*h"
 
 
@@ -45,7 +46,7 @@ def read_history(path: str | Path) -> dict[str, list]:
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     columns = list(rows[0]) if rows else []
-    return {c: [_number(r[c]) if c not in ("device", "backbone_frozen") else r[c] for r in rows] for c in columns}
+    return {c: [_number(r[c]) if c not in ("device", "warmup") else r[c] for r in rows] for c in columns}
 
 
 def _save(fig, out: str | Path) -> Path:
@@ -63,7 +64,8 @@ def training_curve(history_csv: str | Path, out: str | Path, metrics_json: str |
     history = read_history(history_csv)
     epochs = history.get("epoch") or []
     x = [e if e is not None else i + 1 for i, e in enumerate(epochs)]
-    others = [c for c in history if c not in NOT_PLOTTED and any(v is not None for v in history[c])]
+    others = [c for c in history if c not in NOT_PLOTTED and not c.startswith("lr_")
+              and any(v is not None for v in history[c])]
     panels = 2 + bool(others)
     fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.4), squeeze=False)
     axes = axes[0]
@@ -72,18 +74,18 @@ def training_curve(history_csv: str | Path, out: str | Path, metrics_json: str |
     ax = axes[0]
     if "loss" in history:
         ax.plot(x, history["loss"], **style, label="loss")
-    frozen = [xi for xi, f in zip(x, history.get("backbone_frozen") or []) if f == "True"]
-    if frozen:
-        ax.axvspan(min(frozen) - 0.5, max(frozen) + 0.5, color="0.9", label="backbone frozen (warm-up)")
+    warmup = [xi for xi, f in zip(x, history.get("warmup") or []) if f == "True"]
+    if warmup:
+        ax.axvspan(min(warmup) - 0.5, max(warmup) + 0.5, color="0.9", label="warm-up (groups frozen)")
     ax.set(xlabel="epoch", ylabel="training loss (mean over the epoch)", title="loss")
     ax.legend(fontsize=8)
 
     ax = axes[1]
-    for name in ("lr_backbone", "lr_head"):
-        if name in history:
-            ax.plot(x, history[name], **style, label=name.replace("lr_", "lr "))
+    rates = [name for name in history if name.startswith("lr_")]
+    for name in rates:
+        ax.plot(x, history[name], **style, label=name.replace("lr_", "lr "))
     ax.set(xlabel="epoch", ylabel="learning rate", title="learning rates")
-    if any(v for name in ("lr_backbone", "lr_head") for v in history.get(name, []) if v):
+    if any(v for name in rates for v in history[name] if v):
         ax.set_yscale("log")
     ax.legend(fontsize=8)
 

@@ -2,7 +2,8 @@
 
 Cell (row, column) is the run of the column's setup with the row's loss: the merge of the
 column's setup (and its ``extends`` chain), the column's ``run`` block, the row's ``loss``, the
-row's ``run`` block, the config's overrides, and the seed when the spec lists ``seeds`` (one run
+row's ``run`` block, the row's ``column_runs`` block for the column's group and then for its key (settings
+that differ per column, e.g. per dataset), the config's overrides, and the seed when the spec lists ``seeds`` (one run
 per seed). A row marked ``cited`` is quoted from other work and has no run; a cell whose setup,
 dataset or loss is only planned is pending (:mod:`rankrepro.plan.planned`).
 
@@ -22,7 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rankrepro.plan.complete import run_id
-from rankrepro.plan.schema import validate
+from rankrepro.plan.schema import PlanError, validate
+from rankrepro.plan.setups import check_per_loss
 from rankrepro.tables.formats import (BEST, REPLICA_TEX, SECOND, group_spans, latex_table, markdown_page, md_mark, numbers_csv, paper_number,
                                       tex_escape, tex_mark, write_outputs)
 from rankrepro.tables.kinds import TABLE_KINDS
@@ -225,12 +227,21 @@ class RunsTable(TableKind):
 
     def check(self, spec: dict, where: str, schemas) -> None:
         check_paper_counts(spec, where)
+        selectors = {c["group"] for c in spec["columns"]} | {c["key"] for c in spec["columns"]}
         for r, row in enumerate(spec["rows"]):
-            if "run" in row:
-                validate(row["run"], schemas.partial_run, where, prefix=("rows", r, "run"))
+            blocks = [(("rows", r, "run"), row["run"])] if "run" in row else []
+            for selector, block in row.get("column_runs", {}).items():
+                if selector not in selectors:
+                    raise PlanError(f"{where}: rows[{r}].column_runs.{selector}: no column has this group or key; "
+                                    f"groups: {', '.join(sorted({c['group'] for c in spec['columns']}))}")
+                blocks.append((("rows", r, "column_runs", selector), block))
+            for prefix, block in blocks:
+                validate(block, schemas.partial_run, where, prefix=prefix)
+                check_per_loss(block, schemas, where, prefix)
         for c, column in enumerate(spec["columns"]):
             if "run" in column:
                 validate(column["run"], schemas.partial_run, where, prefix=("columns", c, "run"))
+                check_per_loss(column["run"], schemas, where, ("columns", c, "run"))
 
     def plan(self, spec: dict, planner) -> KindPlan:
         cells, runs = [], {}
@@ -249,6 +260,9 @@ class RunsTable(TableKind):
                 layers = [(f"{where}: columns[{c}].run", column.get("run", {})),
                           (f"{where}: rows[{r}].loss", {"loss": row["loss"]}),
                           (f"{where}: rows[{r}].run", row.get("run", {}))]
+                layers += [(f"{where}: rows[{r}].column_runs.{selector}", row["column_runs"][selector])
+                           for selector in dict.fromkeys((column["group"], column["key"]))
+                           if selector in row.get("column_runs", {})]
                 context = f" (cell {row['method']!r} x {column['key']})"
                 for seed in spec.get("seeds", [None]):
                     run = planner.resolve(column["setup"], layers, seed, context)
