@@ -22,8 +22,8 @@ read column 0.
 Everything a run gets comes from the project's own code, as :func:`rankrepro.engine.train.train`
 does it: the loss from :func:`rankrepro.engine.train.build_loss` (the registered defaults, the
 training set's sizes as context: number of classes per level, embedding size), the optimizer from
-:func:`rankrepro.engine.optim.build_optimizer` (groups backbone / head / loss, the proxies at
-``lr_loss``), the batches from :func:`rankrepro.data.samplers.build_sampler` (m-per-class), and
+:func:`rankrepro.engine.optim.build_optimizer` (groups backbone / head / loss, the proxies in
+the loss group at 10x the network's rate), the batches from :func:`rankrepro.data.samplers.build_sampler` (m-per-class), and
 the trainer's step (``criterion(embeddings.float(), labels)``, zero_grad, backward, step).
 
 Why a mini-loop and not ``train()`` itself: the trainer reads images through ``ImageDataset`` (PIL
@@ -62,7 +62,10 @@ pytestmark = pytest.mark.slow
 EMBED_DIM = 32
 STEPS = 300
 SAMPLER = {"name": "m_per_class", "batch_size": 40, "samples_per_class": 8}  # 5 of the 10 digits, 8 images each
-OPTIMIZER = {"name": "adam", "lr_backbone": 1e-3, "lr_head": 1e-3, "lr_loss": 1e-2, "weight_decay": 0.0}
+GROUP = {"optimizer": "adam", "weight_decay": 0.0, "lr_min": None, "warmup_frozen": False}
+OPTIMIZER = {"name": "adam", "weight_decay": 0.0, "betas": [0.9, 0.999], "eps": 1e-8,
+             "groups": {"backbone": {**GROUP, "lr": 1e-3}, "head": {**GROUP, "lr": 1e-3}, "loss": {**GROUP, "lr": 1e-2}}}
+NO_SCALING = torch.amp.GradScaler("cpu", enabled=False)
 
 
 class DigitNet(nn.Module):
@@ -127,10 +130,10 @@ def gain(name: str, seed: int, *, sign: float = 1.0, frozen: bool = False, steps
         for batch in sampler:
             loss = sign * criterion(model(x_train[batch]).float(), labels[batch])
             assert torch.isfinite(loss), f"{name}: loss {loss.item()} at step {step}"
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
             if loss.requires_grad:
                 loss.backward()
-            optimizer.step()
+            optimizer.step(NO_SCALING)
             step += 1
             if step == steps:
                 break

@@ -236,9 +236,9 @@ def train_throughput(dataset, run: dict, device: str | torch.device, *, batch_si
         with autocast(device, amp):
             embeddings = model(images)
         loss = criterion(embeddings.float(), targets)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         scaler.scale(loss).backward()
-        scaler.step(optimizer)
+        optimizer.step(scaler)
         scaler.update()
     sync()
     return steps * batch_size / (time.perf_counter() - t0)
