@@ -106,18 +106,19 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
 
 def check_batch_split(run: dict, origins: dict, context: str = "") -> None:
     """:class:`PlanError` when the run's sampler cannot split its batch (checked when training builds it,
-    :mod:`rankrepro.data.samplers`): ``m_per_class`` needs ``batch_size`` a multiple of
-    ``samples_per_class``; ``hierarchical`` (pytorch-metric-learning's HierarchicalSampler) needs it a
+    :mod:`rankrepro.data.samplers`): ``m_per_class`` and ``class_random`` need ``batch_size`` a multiple
+    of ``samples_per_class``; ``hierarchical`` (pytorch-metric-learning's HierarchicalSampler) needs it a
     multiple of ``super_classes_per_batch``, and each super-class's share a multiple of ``samples_per_class``.
     The message names where ``batch_size`` and the other number were set."""
     block = run["sampler"]
     name, size, per_class = block["name"], block.get("batch_size"), block.get("samples_per_class")
-    if name not in ("m_per_class", "hierarchical") or not all(isinstance(v, int) for v in (size, per_class)):
+    if name not in ("m_per_class", "class_random", "hierarchical") or \
+            not all(isinstance(v, int) for v in (size, per_class)):
         return
     path = ("sampler", "batch_size")
     where = f"{_where(origins, path, context)}: sampler {name!r}: batch_size {size}"
     per_class_origin = origin_of(origins, ("sampler", "samples_per_class"))
-    if name == "m_per_class":
+    if name in ("m_per_class", "class_random"):
         if size % per_class:
             raise PlanError(f"{where} is not a multiple of samples_per_class {per_class} ({per_class_origin})")
         return
