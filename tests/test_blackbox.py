@@ -297,6 +297,115 @@ def test_recall_ref_set_removes_own_entry():
     assert got == pytest.approx(num / den, abs=1e-5)
 
 
+# ------------------------------------------------ rambo_recall batch_memory (official score rows)
+
+
+def official_rows(e, y):
+    """The in-batch score rows of the official RecallLoss's caller with the self-similarity removed:
+    [B, B-1] cosine scores and 0/1 relevance (the paper: "the similarity of each element with
+    itself is disregarded")."""
+    keep = ~torch.eye(len(y), dtype=torch.bool)
+    return (e @ e.T)[keep].view(len(y), -1), (y[:, None] == y[None, :])[keep].view(len(y), -1).double()
+
+
+def official_batch_memory_recall(batches, batch_memory, margin, weight):
+    """The official blackbox-backprop ``BatchMemoryRecallLoss`` + ``RecallLoss`` forward, re-derived here:
+    each call concatenates its rows with the stored rows of the last ``batch_memory`` calls, ranks each
+    row, r = (rank - rank among positives) / L * (number of rows), loss = sum w(r) over positives / #positives."""
+    stored, values = [], []
+    for s, rel in batches:
+        all_s = torch.cat([s.double(), *[m[0] for m in stored]])
+        all_rel = torch.cat([rel, *[m[1] for m in stored]])
+        n_rows, length = all_s.shape
+        y = all_s - margin * (all_rel - 0.5)
+        ranks = count_ranks(y).double() / length
+        ranks_pos = count_ranks(-ranks + 2.0 * all_rel).double() / length
+        r = (ranks - ranks_pos) * all_rel * n_rows
+        values.append((weight(r * all_rel).sum() / all_rel.sum()).item())
+        stored = (stored + [(s.double(), rel)])[-batch_memory:]
+    return values
+
+
+@pytest.mark.parametrize("weight_fn", ["log", "loglog"])
+def test_batch_memory_equals_the_official_batch_memory_recall_loss(weight_fn):
+    weight = torch.log1p if weight_fn == "log" else (lambda r: torch.log1p(torch.log1p(r)))
+    y = torch.arange(4).repeat_interleave(3)
+    embeddings = [unit(len(y), 5, seed) for seed in range(6)]
+    loss = RaMBORecallLoss(margin=0.05, weight_fn=weight_fn, length="rows", batch_memory=3)
+    got = [loss(e, y).item() for e in embeddings]
+    expect = official_batch_memory_recall([official_rows(e, y) for e in embeddings], 3, 0.05, weight)
+    assert got == pytest.approx(expect, abs=1e-5)
+    # without the memory (batch_memory 0): the official RecallLoss on the batch alone
+    plain = RaMBORecallLoss(margin=0.05, weight_fn=weight_fn, length="rows")
+    assert [plain(e, y).item() for e in embeddings] == pytest.approx(
+        [official_batch_memory_recall([official_rows(e, y)], 1, 0.05, weight)[0] for e in embeddings], abs=1e-5)
+
+
+def test_batch_memory_hand_computed():
+    """Two batches of 3 on a line (1-d unit vectors +-1), labels [0, 0, 1], margin 0, log weight.
+
+    Batch 1 e = [1, 1, -1]: rows without self: q0 [1 (pos), -1 (neg)]: r = 0; q1 the same; q2 has no
+    positive. Batch 2 e = [1, -1, 1]: q0 [-1 (pos), 1 (neg)]: r = 1; q1 [-1 (pos), -1 (neg)]: a tie, the
+    lower index (the positive) first: r = 0. Second call with batch_memory 1, length "rows": 6 rows of
+    length 2, so r x 3: pairs (q0, 1 x 3), (q1, 0) and the stored (0), (0): log(1 + 3) / 4."""
+    y = torch.tensor([0, 0, 1])
+    first, second = torch.tensor([[1.0], [1.0], [-1.0]]), torch.tensor([[1.0], [-1.0], [1.0]])
+    loss = RaMBORecallLoss(margin=0.0, weight_fn="log", length="rows", batch_memory=1)
+    assert loss(first, y).item() == pytest.approx(0.0)
+    assert loss(second, y).item() == pytest.approx(math.log(4.0) / 4, abs=1e-6)
+    ref = RaMBORecallLoss(margin=0.0, weight_fn="log", length="ref", batch_memory=1)
+    ref(first, y)
+    assert ref(second, y).item() == pytest.approx(math.log(2.0) / 4, abs=1e-6)  # no x 3: only the denominator
+
+
+def test_batch_memory_holds_the_last_k_batches_rows_detached():
+    y = torch.arange(3).repeat_interleave(2)
+    loss = RaMBORecallLoss(batch_memory=3)
+    batches = [unit(len(y), 4, seed).requires_grad_() for seed in range(5)]
+    for e in batches:
+        loss(e, y).backward()
+    assert len(loss.stored) == 3
+    for (s, rel, valid), e in zip(loss.stored, batches[-3:]):  # oldest first
+        rows, relevance = official_rows(e.detach(), y)
+        torch.testing.assert_close(s, rows)
+        assert torch.equal(rel, relevance.bool()) and bool(valid.all()) and not s.requires_grad
+    with torch.no_grad():  # evaluation stores nothing
+        loss(unit(len(y), 4, 9), y)
+    torch.testing.assert_close(loss.stored[-1][0], official_rows(batches[-1].detach(), y)[0])
+    clone = RaMBORecallLoss(batch_memory=3)
+    clone.load_state_dict(loss.state_dict())  # a checkpoint resumes the rows
+    e = unit(len(y), 4, 11)
+    assert clone(e, y).item() == pytest.approx(loss(e, y).item())
+
+
+def test_batch_memory_gradient_flows_through_the_current_batch_only():
+    """length "ref": the stored rows are constants and the current pairs are 1/3 of all pairs (two
+    stored batches), so the rank gradient reaching the blackbox is 1/3 of the memory-free one: the
+    gradient is 1/3 of the memory-free loss's at lambda / 3 (the interpolation -(rk(y) - rk(y + lambda
+    g)) / lambda sees lambda g / 3)."""
+    y = torch.arange(4).repeat_interleave(3)
+    loss, plain = RaMBORecallLoss(length="ref", batch_memory=2), RaMBORecallLoss(lambda_val=4.0 / 3, length="ref")
+    for seed in range(2):
+        loss(unit(len(y), 5, seed), y)
+    e1, e2 = unit(len(y), 5, 7).requires_grad_(), unit(len(y), 5, 7).requires_grad_()
+    loss(e1, y).backward()
+    plain(e2, y).backward()
+    torch.testing.assert_close(e1.grad, e2.grad / 3)
+    assert e1.grad.abs().max() > 0 and all(not s.requires_grad for s, _, _ in loss.stored)
+
+
+def test_batch_memory_drops_rows_of_another_length_and_refuses_a_reference_set():
+    loss = RaMBORecallLoss(batch_memory=2)
+    loss(unit(6, 4, 0), torch.arange(3).repeat_interleave(2))
+    loss(unit(4, 4, 1), torch.arange(2).repeat_interleave(2))  # a shorter batch: the 6-row memory goes
+    assert [s.shape for s, _, _ in loss.stored] == [torch.Size([4, 3])]
+    e, y = unit(4, 4, 2), torch.arange(2).repeat_interleave(2)
+    with pytest.raises(ValueError, match="takes no reference set"):
+        loss(e, y, e, y, self_index=torch.arange(4))
+    with pytest.raises(ValueError, match="batch_memory"):
+        build("rambo_recall", batch_memory=-1)
+
+
 @pytest.mark.parametrize("name", LOSSES)
 def test_autocast_and_no_valid_query(name):
     y = uneven_labels(9)
@@ -325,8 +434,8 @@ def test_registry_defaults_and_validation():
     for name in LOSSES:
         assert name in names()
     r = build("rambo_recall")
-    assert (r.lambda_val, r.margin, r.weight_fn, r.reduction, r.length, r.include_query) == (
-        4.0, 0.02, "loglog", "pairs", "ref", False)
+    assert (r.lambda_val, r.margin, r.weight_fn, r.reduction, r.length, r.include_query, r.batch_memory) == (
+        4.0, 0.02, "loglog", "pairs", "ref", False, 0)
     m = build("rambo_map")
     assert (m.lambda_val, m.margin, m.random_margin, m.include_query) == (4.0, 0.02, True, False)
     assert m.interclass_coef == pytest.approx(1 / 3)

@@ -182,3 +182,23 @@ def test_missing_image_reported(replica, tmp_path):
     with pytest.raises(FileNotFoundError, match=f"1 listed images are missing .*{first}"):
         INSHOP.prepare(folder, tmp_path / "m", data_root=tmp_path, replica=True)
     assert not (tmp_path / "m" / "meta.json").exists()
+
+
+def test_gender_x_type_super_labels_for_the_hierarchical_sampler(prepared):
+    """RaMBO's In-shop super-labels are gender x clothing type ("MEN/Denim, WOMEN/Dresses"): the
+    hierarchical sampler's super_levels [1, 2] (levels clothing_type, gender of the manifest) keeps
+    MEN/Denim and WOMEN/Denim apart; level 1 alone merges them (REPLICA_TYPES: 5 types, 6 pairs)."""
+    from rankrepro.data.images import contiguous_labels
+    from rankrepro.data.samplers import build_sampler
+
+    manifest, _ = prepared
+    labels = contiguous_labels(manifest.split("train").labels())
+    block = {"name": "hierarchical", "batch_size": 4, "samples_per_class": 2, "batches_per_super_tuple": 1}
+    by_type = build_sampler(block, labels, seed=0)
+    by_pair = build_sampler({**block, "super_levels": [1, 2]}, labels, seed=0)
+    pairs = sum(len(types) for types in inshop.REPLICA_TYPES.values())
+    kinds = len({t for types in inshop.REPLICA_TYPES.values() for t in types})
+    assert (pairs, kinds) == (6, 5)
+    assert len(by_type) == kinds * (kinds - 1) // 2 and len(by_pair) == pairs * (pairs - 1) // 2
+    for batch in by_pair:
+        assert len({tuple(labels[i, 1:]) for i in batch}) == 2  # two (type, gender) super-labels per batch

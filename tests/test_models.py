@@ -179,3 +179,42 @@ def test_head_options_are_checked():
     net = RetrievalNet("resnet_tiny", "none", embed_dim=8, layernorm=False, l2_features=True)
     features = net.features(torch.randn(2, 3, 32, 32))
     torch.testing.assert_close(features.norm(dim=1), torch.ones(2))
+
+
+def test_bn_momentum_reaches_every_backbone_batchnorm_and_sets_the_update():
+    """bn_momentum m: running = (1 - m) running + m batch statistic (PyTorch's convention), in every
+    BatchNorm of the backbone; None keeps PyTorch's 0.1."""
+    net = RetrievalNet("resnet_tiny", "none", freeze_bn=False, embed_dim=8, bn_momentum=0.9)
+    layers = [m for m in net.backbone.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert layers and all(m.momentum == 0.9 for m in layers)
+    bn = net.backbone[1]
+    before = bn.running_mean.clone()
+    seen = []
+    bn.register_forward_hook(lambda m, inputs, output: seen.append(inputs[0].detach().clone()))
+    net.train()
+    net(torch.randn(4, 3, 32, 32) * 5 + 3)
+    batch_mean = seen[0].mean(dim=(0, 2, 3))
+    torch.testing.assert_close(bn.running_mean, 0.1 * before + 0.9 * batch_mean, atol=1e-5, rtol=1e-5)
+    default = RetrievalNet("resnet_tiny", "none", freeze_bn=False, embed_dim=8)
+    assert {m.momentum for m in default.backbone.modules() if isinstance(m, torch.nn.BatchNorm2d)} == {0.1}
+
+
+def test_bn_momentum_on_bninception_sets_all_69_layers_as_the_topk_code():
+    """The top-k code's models/bn_inception.py builds its 69 BatchNorm2d layers with momentum=0.9."""
+    from rankrepro.models.backbones import set_batchnorm_momentum
+
+    backbone, _ = build_backbone("bninception", "none")
+    assert set_batchnorm_momentum(backbone, 0.9) == 69
+    assert {m.momentum for m in backbone.modules() if isinstance(m, torch.nn.BatchNorm2d)} == {0.9}
+
+
+def test_bn_momentum_is_checked():
+    from rankrepro.models import build_model
+    from rankrepro.registry import ParameterError
+
+    with pytest.raises(ValueError, match="needs freeze_bn: false"):
+        RetrievalNet("resnet_tiny", "none", embed_dim=8, freeze_bn=True, bn_momentum=0.9)
+    with pytest.raises(ValueError, match=r"in \(0, 1\]"):
+        RetrievalNet("resnet_tiny", "none", embed_dim=8, freeze_bn=False, bn_momentum=1.5)
+    with pytest.raises(ParameterError, match="bn_momentum must be > 0"):
+        build_model({"name": "retrieval_net", "backbone": "resnet_tiny", "pretrained": "none", "bn_momentum": 0.0})

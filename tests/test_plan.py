@@ -177,7 +177,8 @@ def test_setups_extend_one_another_across_files(tmp_path):
         """)
     run = Planner(setups=load_setups(d)).resolve("mine_sop", [("row", {"loss": {"name": "smooth_ap"}})])
     assert run["epochs"] == 3 and run["model"]["backbone"] == "resnet50"
-    assert run["sampler"] == {"name": "m_per_class", "batch_size": 32, "samples_per_class": 4}
+    assert run["sampler"] == {"name": "m_per_class", "batch_size": 32, "samples_per_class": 4,
+                              "reduce_per_class": None}
 
 
 @pytest.mark.parametrize("text, message", [

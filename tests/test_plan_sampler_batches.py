@@ -1,5 +1,5 @@
 """Batch shapes a sampler cannot build fail the plan naming the file and key (issue 23), not the
-training job: m_per_class needs batch_size a multiple of samples_per_class; hierarchical needs
+training job: m_per_class and class_random need batch_size a multiple of samples_per_class; hierarchical needs
 batch_size a multiple of super_classes_per_batch, and each super-class's share of it a multiple
 of samples_per_class."""
 
@@ -29,6 +29,9 @@ TABLE1 = {"suprank": ["table1"]}  # SOP columns: the hierarchical sampler, batch
      r"\(config run_overrides\)"),
     ({"sampler": {"name": "m_per_class", "batch_size": 30, "samples_per_class": 4}},
      r"config run_overrides \(cell .*\): sampler.batch_size: sampler 'm_per_class': batch_size 30 is not a "
+     r"multiple of samples_per_class 4 \(config run_overrides\)"),
+    ({"sampler": {"name": "class_random", "batch_size": 30, "samples_per_class": 4}},
+     r"config run_overrides \(cell .*\): sampler.batch_size: sampler 'class_random': batch_size 30 is not a "
      r"multiple of samples_per_class 4 \(config run_overrides\)"),
 ])
 def test_a_batch_size_the_sampler_cannot_split_fails_the_plan(overrides, message):

@@ -1,5 +1,6 @@
-"""Batch samplers: the official m-per-class construction, PML's hierarchical batches and the top-k
-precision paper's up-to-m-per-class batches."""
+"""Batch samplers: the official m-per-class construction (with SupRank's per-class cap), PML's
+hierarchical batches (with a super-label made of several levels), the top-k precision paper's
+up-to-m-per-class batches and PNP's class_random batches."""
 
 from collections import Counter
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 
 from rankrepro.data.samplers import (
+    ClassRandomBatchSampler,
     HierarchicalBatchSampler,
     MPerClassBatchSampler,
     UpToMPerClassBatchSampler,
@@ -58,6 +60,35 @@ def test_m_per_class_rejects_impossible_configs():
         MPerClassBatchSampler(_labels([4, 2]), 8, 4)
 
 
+def test_m_per_class_cap_holds_over_every_epoch_and_changes_the_kept_images():
+    """reduce_per_class (SupRank gldv2_hier.yaml): at most that many images of a class in an epoch,
+    a fresh random subset each epoch; small classes are unaffected."""
+    sizes = [40, 25, 9, 8, 6, 4, 30, 12]
+    labels = _labels(sizes)
+    sampler = MPerClassBatchSampler(labels, batch_size=8, samples_per_class=4, reduce_per_class=8, seed=0)
+    kept = []
+    for epoch in range(6):
+        sampler.set_epoch(epoch)
+        images = [i for b in sampler for i in b]
+        assert len(images) == len(set(images))
+        per_class = Counter(labels[images])
+        assert max(per_class.values()) <= 8
+        kept.append(frozenset(i for i in images if labels[i] == 0))
+    assert len(set(kept)) > 1  # class 0 (40 images) shows other images in other epochs
+    # by hand: capped sizes 8, 8, 8, 8, 6, 4, 8, 8 give 2+2+2+2+1+1+2+2 = 14 groups of 4, so at most
+    # 7 batches of 2 classes (uncapped: 10+6+2+2+1+1+7+3 = 32 groups)
+    assert len(sampler) <= 7 < len(MPerClassBatchSampler(labels, 8, 4, seed=0))
+
+
+def test_m_per_class_cap_none_is_the_uncapped_sampler_and_a_cap_below_m_fails():
+    labels = _labels([7, 4, 9, 3, 12, 5, 8, 4])
+    plain = MPerClassBatchSampler(labels, 8, 4, seed=2)
+    for cap in (None, 12):  # a cap at the largest class keeps every image: the same batches
+        assert list(MPerClassBatchSampler(labels, 8, 4, reduce_per_class=cap, seed=2)) == list(plain)
+    with pytest.raises(ValueError, match="reduce_per_class 3 is below samples_per_class 4"):
+        MPerClassBatchSampler(labels, 8, 4, reduce_per_class=3)
+
+
 def test_hierarchical_batches_mix_two_super_classes():
     rng = np.random.default_rng(0)
     fine = _labels([5] * 24)
@@ -87,6 +118,29 @@ def test_hierarchical_is_deterministic_and_leaves_global_rng_alone():
     np.testing.assert_array_equal(np.random.get_state()[1], state)
 
 
+def test_hierarchical_super_levels_combine_levels_into_one_super_label():
+    """super_levels [1, 2]: each distinct (level 1, level 2) pair is a super-class (In-shop's clothing
+    type x gender): 3 types and 2 genders present as 5 pairs -> C(5, 2) pairs of super-classes."""
+    fine = _labels([4] * 16)  # 16 classes of 4
+    kind = np.array([0, 0, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1]).repeat(4)   # level 1 (type)
+    gender = np.array([0] * 6 + [1] * 10).repeat(4)                                 # level 2
+    labels = np.stack([fine, kind, gender], 1)
+    pairs = {(k, g) for k, g in zip(kind, gender)}
+    assert len(pairs) == 5 and len(set(kind)) == 3
+    by_type = HierarchicalBatchSampler(labels, 8, 4, batches_per_super_tuple=1, seed=0)
+    by_pair = HierarchicalBatchSampler(labels, 8, 4, batches_per_super_tuple=1, super_levels=[1, 2], seed=0)
+    assert len(by_type) == 3 and len(by_pair) == 10  # C(3, 2), C(5, 2)
+    for batch in by_pair:
+        halves = Counter((kind[i], gender[i]) for i in batch)
+        assert len(halves) == 2 and set(halves.values()) == {4}
+    default = HierarchicalBatchSampler(labels, 8, 4, batches_per_super_tuple=1, super_levels=[1], seed=0)
+    assert list(default) == list(by_type)
+    with pytest.raises(ValueError, match=r"needs \[N, >=4\] labels"):
+        HierarchicalBatchSampler(labels, 8, 4, super_levels=[3])
+    with pytest.raises(ValueError, match="distinct levels >= 1"):
+        HierarchicalBatchSampler(labels, 8, 4, super_levels=[0, 1])
+
+
 def test_build_sampler_through_the_registry():
     from rankrepro.data.samplers import SAMPLERS, build_sampler
 
@@ -99,11 +153,11 @@ def test_build_sampler_through_the_registry():
                           "batches_per_super_tuple": 1}, np.stack([labels, labels // 5], 1), 0)
     assert isinstance(hier, HierarchicalBatchSampler) and len(hier) > 0
     assert block == {"name": "m_per_class", "batch_size": 16, "samples_per_class": 4}  # not consumed
-    assert SAMPLERS.names() == ["hierarchical", "m_per_class", "up_to_m_per_class"]
+    assert SAMPLERS.names() == ["class_random", "hierarchical", "m_per_class", "up_to_m_per_class"]
 
 
 @pytest.mark.parametrize("block, message", [
-    ({"name": "m_per_clas", "batch_size": 16, "samples_per_class": 4}, "registered: hierarchical, m_per_class, up_to_m_per_class"),
+    ({"name": "m_per_clas", "batch_size": 16, "samples_per_class": 4}, "registered: class_random, hierarchical, m_per_class, up_to_m_per_class"),
     ({"name": "m_per_class", "batch_size": 16}, "needs 'samples_per_class'"),
     ({"name": "m_per_class", "batch_size": 16.0, "samples_per_class": 4}, "batch_size must be integer"),
     ({"name": "m_per_class", "batch_size": 16, "samples_per_class": 4, "m": 4}, "no parameter 'm'"),
@@ -126,8 +180,14 @@ def test_sampler_catalog_is_json_with_simple_types():
     for name, entry in catalog.items():
         assert not entry["accepts_any"] and not {"labels", "seed"} & set(entry["parameters"])
         for parameter, spec in entry["parameters"].items():
-            assert spec.get("types") in (["integer"], ["number"], ["boolean"]), (name, parameter)
+            assert spec.get("types") in (["integer"], ["number"], ["boolean"], ["integer", "null"], ["array"]), \
+                (name, parameter)
     assert catalog["hierarchical"]["parameters"]["batches_per_super_tuple"] == {"default": 5, "types": ["integer"]}
+    assert catalog["hierarchical"]["parameters"]["super_levels"] == {"default": [1], "types": ["array"],
+                                                                      "items": {"minimum": 1}}
+    assert catalog["m_per_class"]["parameters"]["reduce_per_class"] == {"default": None, "minimum": 1,
+                                                                         "types": ["integer", "null"]}
+    assert catalog["class_random"]["parameters"]["replace_classes"] == {"default": True, "types": ["boolean"]}
 
 
 # ------------------------------------------------------- up to m per class (top-k precision, paper 4.4)
@@ -213,3 +273,65 @@ def test_up_to_m_rejects_impossible_configs():
         UpToMPerClassBatchSampler(_labels([4, 2]), 8, 4)
     with pytest.raises(ValueError, match="must be >= 1"):
         UpToMPerClassBatchSampler(_labels([4, 4]), 8, 0)
+
+
+# ------------------------------------------------------------- class_random (PNP's official sampler)
+
+
+def test_class_random_batches_are_blocks_of_m_images_of_one_class():
+    labels = _labels([7, 4, 9, 3, 12, 5, 8, 4, 1])
+    sampler = ClassRandomBatchSampler(labels, batch_size=12, samples_per_class=4, seed=0)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == len(labels) // 12  # the code's sampler_length
+    for batch in batches:
+        assert len(batch) == 12
+        for j in range(3):
+            assert len(set(labels[batch[4 * j:4 * j + 4]])) == 1  # block j: one class
+
+
+def test_class_random_draws_classes_and_images_with_replacement():
+    """Over many batches a class fills two blocks of one batch, an image repeats inside a block,
+    and the 1-image class still gives 4; replace_classes false never repeats a class in a batch."""
+    labels = _labels([1] + [3] * 7)
+    sampler = ClassRandomBatchSampler(labels, batch_size=16, samples_per_class=4, seed=0)
+    repeated_class = repeated_image = False
+    for epoch in range(20):
+        sampler.set_epoch(epoch)
+        for batch in sampler:
+            blocks = [batch[j:j + 4] for j in range(0, 16, 4)]
+            classes = [int(labels[b[0]]) for b in blocks]
+            repeated_class |= len(set(classes)) < 4
+            repeated_image |= any(len(set(b)) < 4 for b in blocks)
+            assert all(b == [0] * 4 for b, c in zip(blocks, classes) if c == 0)
+    assert repeated_class and repeated_image
+    distinct = ClassRandomBatchSampler(labels, batch_size=16, samples_per_class=4, replace_classes=False, seed=0)
+    for epoch in range(20):
+        distinct.set_epoch(epoch)
+        assert all(len(set(labels[b])) == 4 for b in distinct)
+
+
+def test_class_random_classes_are_uniform_not_image_weighted():
+    """random.choice over the classes: a class of 50 images is drawn as often as one of 2."""
+    labels = _labels([50, 2] * 5)
+    sampler = ClassRandomBatchSampler(labels, batch_size=20, samples_per_class=2, seed=1)
+    counts = Counter()
+    for epoch in range(40):
+        sampler.set_epoch(epoch)
+        counts.update(int(labels[b[0]]) % 2 for batch in sampler for b in [batch[j:j + 2] for j in range(0, 20, 2)])
+    big, small = counts[0], counts[1]
+    assert abs(big - small) < 0.1 * (big + small)
+
+
+def test_class_random_is_deterministic_and_checks_its_sizes():
+    labels = _labels([6] * 10)
+    a, b = ClassRandomBatchSampler(labels, 8, 4, seed=3), ClassRandomBatchSampler(labels, 8, 4, seed=3)
+    a.set_epoch(1), b.set_epoch(1)
+    assert list(a) == list(b)
+    b.set_epoch(2)
+    assert list(a) != list(b)
+    with pytest.raises(ValueError, match="multiple"):
+        ClassRandomBatchSampler(labels, 6, 4)
+    with pytest.raises(ValueError, match="no batch of 64"):
+        ClassRandomBatchSampler(labels, 64, 4)
+    with pytest.raises(ValueError, match="cannot give 4 distinct classes"):
+        ClassRandomBatchSampler(_labels([8, 8, 8]), 8, 2, replace_classes=False)

@@ -74,8 +74,11 @@ def test_the_papers_common_settings(planner, setup):
     # "Adam ... initial learning rate 10^-5, weight decay 4x10^-4"
     opt = run["optimizer"]
     assert opt["name"] == "adam" and opt["groups"]["backbone"]["lr"] == opt["groups"]["head"]["lr"] == 1e-5 and opt["weight_decay"] == 4e-4
-    # "randomly sample k classes and |P| samples per class"; Fig. 8(c): |P| = 4 is best
-    assert run["sampler"]["name"] == "m_per_class" and run["sampler"]["samples_per_class"] == 4
+    # "randomly sample k classes and |P| samples per class"; Fig. 8(c): |P| = 4 is best; SOP: the code's
+    # class_random (the only dataset the code trains), the others Smooth-AP's m_per_class
+    sop = run["dataset"].startswith("sop")
+    assert run["sampler"]["name"] == ("class_random" if sop else "m_per_class")
+    assert run["sampler"]["samples_per_class"] == 4
     # "randomly crop them to 224x224 ... a single center crop of 224x224"; code RandomResizedCrop(224),
     # test Resize(256) + CenterCrop(224)
     images = run["images"]
@@ -96,8 +99,10 @@ def test_the_assumed_batch_is_described():
 @pytest.mark.parametrize("batch", [112, 384])
 def test_sop(planner, batch):
     run = run_of(planner, f"pnp_sop_{batch}", PNP_DQ)
-    # code README best run: --bs 384 --samples_per_class 4 --n_epochs 400; default milestones
-    assert run["sampler"] == {"name": "m_per_class", "batch_size": batch, "samples_per_class": 4}
+    # code README best run: --data_sampler class_random --bs 384 --samples_per_class 4 --n_epochs 400;
+    # class_random draws classes (and images) with replacement (datasampler/class_random_sampler.py)
+    assert run["sampler"] == {"name": "class_random", "batch_size": batch, "samples_per_class": 4,
+                              "replace_classes": True}
     assert run["epochs"] == 400 and run["schedule"]["milestones"] == [120, 220, 250, 280]
     # Table 1: R@1/10/100/1K, dists@intra, dists@inter, NMI; Table 3: R@1/10/100/1K
     assert run["eval"]["metrics"] == ["R@1", "R@10", "R@100", "R@1000", "dists@intra", "dists@inter", "NMI"]
@@ -106,7 +111,8 @@ def test_sop(planner, batch):
 @pytest.mark.parametrize("batch", [112, 384])
 def test_vehicleid(planner, batch):
     run = run_of(planner, f"pnp_vehicleid_{batch}", PNP_DQ)
-    assert run["sampler"] == {"name": "m_per_class", "batch_size": batch, "samples_per_class": 4}
+    assert run["sampler"] == {"name": "m_per_class", "batch_size": batch, "samples_per_class": 4,
+                              "reduce_per_class": None}
     # no PNP VehicleID code: Smooth-AP's ("the same setting with (Brown et al. 2020)")
     assert run["epochs"] == 400 and run["schedule"]["milestones"] == [200, 300]
     # Tables 2 / 4: R@1, R@5 per test list; Table 2: dists and NMI
@@ -117,7 +123,8 @@ def test_vehicleid(planner, batch):
 def test_inat(planner):
     run = run_of(planner, "pnp_inat_224", PNP_DQ)
     # Table 5: "the same batch size (224)"; one learning rate (Smooth-AP's last layer x2 not followed)
-    assert run["sampler"] == {"name": "m_per_class", "batch_size": 224, "samples_per_class": 4}
+    assert run["sampler"] == {"name": "m_per_class", "batch_size": 224, "samples_per_class": 4,
+                              "reduce_per_class": None}
     assert run["optimizer"]["groups"]["head"]["lr"] == 1e-5
     # Smooth-AP code main.py iNaturalist override: 90 epochs, milestones [40, 70]
     assert run["epochs"] == 90 and run["schedule"]["milestones"] == [40, 70]
@@ -204,7 +211,12 @@ def test_fig8_sweeps_share_the_tables_runs(plan):
     fig = plan["tables"]["pnp/fig8"]
     t1, t2 = _runs_by_method(plan, "table1"), _runs_by_method(plan, "table2")
     at = {(c["panel"], c["value"]): c["run_ids"] for c in fig["cells"]}
-    assert at[("alpha_sop", 4.0)] == at[("p_sop", 4)] == t1["PNP-D_q"]
+    assert at[("alpha_sop", 4.0)] == t1["PNP-D_q"]
+    # the |P| sweep on SOP trains the label-based loss (the official index blocks would need the swept |P|):
+    # its |P| = 4 point is Table 1's run but for index_blocks
+    p4, table1 = plan["runs"][at[("p_sop", 4)][0]], plan["runs"][t1["PNP-D_q"][0]]
+    assert p4["loss"]["index_blocks"] is None and table1["loss"]["index_blocks"] == 4
+    assert {**p4, "loss": {**p4["loss"], "index_blocks": 4}} == table1
     assert at[("alpha_vehicleid", 4.0)] == at[("p_vehicleid", 4)] == t2["PNP-D_q"]
     assert at[("b_sop", 4.0)] == t1["PNP-I_b"] and at[("b_vehicleid", 1.0)] == t2["PNP-I_b"]
     for (panel, value), ids in at.items():  # "the batch size is set to 112 for all experiments in this section"
@@ -226,3 +238,18 @@ def test_demo_overrides_resolve(demo_planner, setup):
         run = run_of(demo_planner, setup, loss)
         assert_demo_overrides_applied(run)
         assert run["sampler"]["samples_per_class"] == DEMO["sampler"]["samples_per_class"]
+
+
+def test_pnp_index_blocks_follow_the_samples_per_class():
+    """SOP: the official index-based loss (blocks of |P| = 4, pnp_sop_112's per_loss) with its class_random
+    sampler; a sampler drawing another |P| would split the blocks: the plan fails naming both origins."""
+    from rankrepro.plan.build import make_plan
+    from rankrepro.plan.schema import PlanError
+
+    plan = make_plan({"pnp": ["table1"]})
+    pnp = [r for r in plan["runs"].values() if r["loss"]["name"].startswith("pnp_") and r["dataset"] == "sop"]
+    assert pnp and all(r["loss"]["index_blocks"] == r["sampler"]["samples_per_class"] == 4 for r in pnp)
+    with pytest.raises(PlanError, match=r"pnp.yaml: pnp_sop_112: per_loss.pnp_\w+ \(cell .*\): loss.index_blocks: "
+                                        r"index_blocks 4 must equal the sampler's samples_per_class 8 "
+                                        r"\(config run_overrides\)"):
+        make_plan({"pnp": ["table1"]}, {"sampler": {"samples_per_class": 8}})

@@ -60,10 +60,12 @@ def test_shared_training(planner, setup):
     # A "at most 80 epochs with a learning rate drop by 70% after 35 epochs"
     assert run["epochs"] == 80 and run["warmup_epochs"] == 0
     assert run["schedule"] == {"name": "multistep", "milestones": [35], "gamma": 0.3}
-    # A "a batch memory of length 3" (3 batches of 128), 4.3 "the last tau previous batches"
-    assert run["loss"]["memory"] == {"size": 3 * 128, "warmup_epochs": 0}
+    # A "a batch memory of length 3", 4.3 "It stores the scores for elements of the last tau previous
+    # batches": the official BatchMemoryRecallLoss's score rows, with RecallLoss's row-count scaling
+    assert run["loss"]["batch_memory"] == 3 and run["loss"]["length"] == "rows"
+    assert run["loss"]["memory"] is None
     # 5.1 "The obvious similarity of each element with itself is disregarded"
-    assert run["loss"]["include_query"] is False and run["loss"]["length"] == "ref"
+    assert run["loss"]["include_query"] is False
 
 
 #: a number as Table 9 prints it: "0.02", "3×10^{-6}", "10^{-5}"
@@ -102,14 +104,17 @@ def test_samplers(planner):
     # A "For the In-shop Clothes dataset we used 4 batches per pair of super-labels and 8 samples per
     # class within a batch. In the Online Products dataset we used 10 batches per pair of super-labels
     # along with 4 samples per class ... For CUB200, there are no super-labels and we just sample 4"
+    # 5.1 "The classes are grouped into 23 superclasses (e.g. MEN/Denim, WOMEN/Dresses)": In-shop's
+    # super-label is clothing type x gender (levels 1 and 2), SOP's its super-class (level 1)
     assert run_of(planner, "rambo_sop", RAMBO_RECALL)["sampler"] == {
         "name": "hierarchical", "batch_size": 128, "samples_per_class": 4, "batches_per_super_tuple": 10,
-        "super_classes_per_batch": 2}
+        "super_classes_per_batch": 2, "super_levels": [1]}
     assert run_of(planner, "rambo_inshop", RAMBO_RECALL)["sampler"] == {
         "name": "hierarchical", "batch_size": 128, "samples_per_class": 8, "batches_per_super_tuple": 4,
-        "super_classes_per_batch": 2}
+        "super_classes_per_batch": 2, "super_levels": [1, 2]}
     assert run_of(planner, "rambo_cub", RAMBO_RECALL)["sampler"] == {"name": "m_per_class", "batch_size": 128,
-                                                       "samples_per_class": 4}
+                                                                    "samples_per_class": 4,
+                                                                    "reduce_per_class": None}
 
 
 def test_metrics(planner):
@@ -150,9 +155,10 @@ def test_table7_ablations(plan):
     cells = plan["tables"]["rambo/table7"]["cells"]
     runs = plan["runs"]
     by_row = {r: [runs[i] for c in cells if c["row"] == r for i in c["run_ids"]] for r in range(3)}
-    assert all(run["loss"]["memory"] == {"size": 384, "warmup_epochs": 0} for run in by_row[0])
-    assert all(run["loss"]["memory"] is None for run in by_row[1])  # "No batch memory"
-    assert all(run["loss"]["margin"] == 0.0 and run["loss"]["memory"] for run in by_row[2])  # "No margin"
+    assert all(run["loss"]["batch_memory"] == 3 for run in by_row[0])
+    assert all(run["loss"]["batch_memory"] == 0 for run in by_row[1])  # "No batch memory"
+    assert all(run["loss"]["margin"] == 0.0 and run["loss"]["batch_memory"] == 3 for run in by_row[2])  # "No margin"
+    assert all(run["loss"]["memory"] is None and run["loss"]["length"] == "rows" for r in by_row.values() for run in r)
     full = {run["dataset"]: run["loss"]["weight_fn"] for run in by_row[0]}
     assert full == {"cub": "loglog", "inshop": "log", "sop": "loglog"}
 

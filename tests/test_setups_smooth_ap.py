@@ -81,7 +81,7 @@ def test_sop(planner, batch):
     # 5.2: "the same hard negative mining technique as [5, 54] only for the Online Products
     # dataset": FastAP's super-class batches (two super-categories, 5 batches per pair)
     assert run["sampler"] == {"name": "hierarchical", "batch_size": batch, "samples_per_class": 4,
-                              "super_classes_per_batch": 2, "batches_per_super_tuple": 5}
+                              "super_classes_per_batch": 2, "batches_per_super_tuple": 5, "super_levels": [1]}
     # no SOP code: the code's default schedule
     assert run["epochs"] == 400 and run["schedule"]["milestones"] == [200, 300]
     assert run["optimizer"]["groups"]["head"]["lr"] == 1e-5
@@ -93,7 +93,8 @@ def test_vehicleid(planner):
     run = run_of(planner, "smooth_ap_vehicleid", SMOOTH_AP)
     # Table 3 caption: "The VehicleID results are obtained with a batch-size of 384"; 5.2: no
     # special sampling outside SOP; code README: --fc_lr_mul 1 --bs 384
-    assert run["sampler"] == {"name": "m_per_class", "batch_size": 384, "samples_per_class": 4}
+    assert run["sampler"] == {"name": "m_per_class", "batch_size": 384, "samples_per_class": 4,
+                              "reduce_per_class": None}
     assert run["optimizer"]["groups"]["head"]["lr"] == 1e-5
     # code defaults: 400 epochs, milestones [200, 300], gamma 0.3
     assert run["epochs"] == 400 and run["schedule"]["milestones"] == [200, 300]
@@ -106,7 +107,8 @@ def test_vehicleid(planner):
 def test_inat(planner, batch):
     run = run_of(planner, f"smooth_ap_inat_{batch}", SMOOTH_AP)
     # Table 3 caption: batch 224 for every method; "Smooth-AP BS=384"
-    assert run["sampler"] == {"name": "m_per_class", "batch_size": batch, "samples_per_class": 4}
+    assert run["sampler"] == {"name": "m_per_class", "batch_size": batch, "samples_per_class": 4,
+                              "reduce_per_class": None}
     # supplementary 11: "we multiply the learning rate on the last linear layer by a factor of 2"
     assert run["optimizer"]["groups"]["backbone"]["lr"] == 1e-5 and run["optimizer"]["groups"]["head"]["lr"] == 2e-5
     # code main.py iNaturalist override: 90 epochs, milestones [40, 70]

@@ -93,7 +93,10 @@ def test_the_setups_hold_the_papers_values(setups):
     assert [b["dataset"] for b in (cub, cars, sop)] == list(DATASETS)
     for d in DATASETS:  # 4.4: "the Inception with BN layer"; same recipe otherwise
         body = setups[f"topk_bninception_{d}"]
-        assert body["extends"] == f"topk_densenet201_{d}" and body["model"] == {"backbone": "bninception"}
+        # code models/bn_inception.py: every BatchNorm2d(..., momentum=0.9); densenet201: torchvision's 0.1
+        assert body["extends"] == f"topk_densenet201_{d}"
+        assert body["model"] == {"backbone": "bninception", "bn_momentum": 0.9}
+    assert setups["topk_base"]["model"]["bn_momentum"] is None
 
 
 @pytest.mark.parametrize("setup", sorted(SETUPS))
@@ -107,6 +110,7 @@ def test_the_setups_resolve_with_every_row(planner, setup):
         assert model["backbone"] == setup.split("_")[1] and model["pretrained"] == "imagenet"
         assert model["embed_dim"] == (512 if dataset == "sop" else 64)  # 4.4: 64 (CUB, Cars), 512 (SOP)
         assert model["pooling"]["name"] == "avg" and model["projection"] and not model["freeze_bn"]
+        assert model["bn_momentum"] == (0.9 if "bninception" in setup else None)
         # 4.4: 64 images per batch, 11 per class at most
         assert run["sampler"] == {"name": "up_to_m_per_class", "batch_size": 64, "samples_per_class": 11}
         assert run["images"]["train_crop"] == run["images"]["test_crop"] == 227  # 4.4: 227x227 crops

@@ -246,3 +246,22 @@ def test_a_truncated_model_names_the_file_and_says_to_retrain(tmp_path, manifest
     _truncate(model)
     with pytest.raises(RuntimeError, match=r"model\.pt.*cannot be read.*retrain"):
         evaluate(run, manifest_dir, model, tmp_path / "metrics.json", run_id="x", progress=False)
+
+
+@pytest.mark.slow
+def test_resume_is_exact_with_rambo_score_rows_in_the_checkpoint(tmp_path, manifest_dir):
+    """rambo_recall's batch_memory rows live in the loss's state dict: an interrupted run resumes them
+    (else the first batches after the resume would see an empty memory and the weights would differ)."""
+    run = resolve_run("suprank_sop", {"name": "rambo_recall", "batch_memory": 2, "length": "rows"}, {
+        "model": {"backbone": "resnet_tiny", "pretrained": "none", "embed_dim": 8},
+        "images": {"train_resize": 20, "train_crop": 16, "test_resize": [18, 18], "test_crop": 16},
+        "sampler": {"name": "class_random", "batch_size": 16, "samples_per_class": 4},
+        "epochs": 2, "warmup_epochs": 0, "amp": "none"})
+    straight = train(run, manifest_dir, tmp_path / "a", run_id="r", progress=False)
+    with pytest.raises(Interrupt):
+        train(run, manifest_dir, tmp_path / "b", run_id="r", progress=False, on_epoch_end=_stop_after_first_epoch)
+    stored = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)["criterion"]["_extra_state"]["stored"]
+    assert len(stored) == 2
+    resumed = train(run, manifest_dir, tmp_path / "b", run_id="r", progress=False)
+    a, b = _weights(straight), _weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -13,7 +13,7 @@ import numpy as np
 from pytorch_metric_learning.samplers import HierarchicalSampler as PMLHierarchicalSampler
 from pytorch_metric_learning.utils import common_functions as pml_cf
 
-from rankrepro.registry import Registry
+from rankrepro.registry import PositiveInt, Registry
 
 SAMPLERS = Registry("sampler", context=("labels", "seed"))
 
@@ -53,13 +53,29 @@ class MPerClassBatchSampler(EpochBatchSampler):
     classes that still have at least ``m`` unused images, taking ``m`` from each.
     The epoch ends when a pass cannot fill a batch (left-over images are dropped
     for that epoch); the batches are then shuffled. Classes in a batch are distinct.
+
+    ``reduce_per_class`` (default None: every image): after the shuffle inside each class,
+    each class keeps only its first ``reduce_per_class`` images for the epoch -- a fresh
+    random subset of at most that many images per class every epoch, drawn from the epoch's
+    generator; the others sit the epoch out. This is SupRank's ``MPerClassSampler(...,
+    reduce_per_class=8)`` of ``config/dataset/gldv2_hier.yaml`` (``suprank/datasets/samplers/
+    m_per_class_sampler.py``, ``reshuffle``: ``np.random.shuffle`` of each class's list, then
+    ``[:reduce_per_class]``, redone at every ``set_epoch``; the global numpy RNG there, the
+    ``(seed, epoch)`` generator here). With m = 4 and a cap of 8 a class gives at most two
+    groups of 4 per epoch, so big classes stop dominating the epoch. It must be at least
+    ``samples_per_class`` (a smaller cap could never give a class m images).
     """
 
-    def __init__(self, labels, batch_size: int, samples_per_class: int, seed: int = 0):
+    def __init__(self, labels, batch_size: int, samples_per_class: int, reduce_per_class: PositiveInt | None = None,
+                 seed: int = 0):
         if batch_size % samples_per_class:
             raise ValueError(f"batch_size {batch_size} is not a multiple of samples_per_class {samples_per_class}")
+        if reduce_per_class is not None and reduce_per_class < samples_per_class:
+            raise ValueError(f"reduce_per_class {reduce_per_class} is below samples_per_class {samples_per_class}: "
+                             "no class could give a batch its images")
         self.m = samples_per_class
         self.classes_per_batch = batch_size // samples_per_class
+        self.reduce_per_class = reduce_per_class
         self.by_class = indices_by_class(labels)
         self.seed = seed
         self.epoch = 0
@@ -68,7 +84,7 @@ class MPerClassBatchSampler(EpochBatchSampler):
 
     def _batches(self) -> list[list[int]]:
         rng = np.random.default_rng([self.seed, self.epoch])
-        pools = [list(rng.permutation(ix)) for ix in self.by_class]
+        pools = [list(rng.permutation(ix)[: self.reduce_per_class]) for ix in self.by_class]
         order = rng.permutation(len(pools))
         batches = []
         while True:
@@ -84,6 +100,52 @@ class MPerClassBatchSampler(EpochBatchSampler):
                 break
             batches.append(batch)
         return [batches[i] for i in rng.permutation(len(batches))]
+
+
+@SAMPLERS.register("class_random")
+class ClassRandomBatchSampler(EpochBatchSampler):
+    """PNP's ``class_random`` batches (interestingzhuo/PNPloss ``datasampler/class_random_sampler.py``).
+
+    An epoch is floor(N / B) batches (N training images, B = ``batch_size``), each drawn
+    independently: B / m classes (m = ``samples_per_class``) uniformly at random, then m
+    images of each drawn class uniformly at random *with replacement* (an image may appear
+    twice, and a class smaller than m still gives m), in blocks of m: batch[j*m:(j+1)*m] is
+    the j-th drawn class. As the batches are independent, an epoch need not show every image.
+
+    ``replace_classes`` (default True = the official code, one ``random.choice`` over the
+    classes per block): the classes of a batch are drawn with replacement, so a class may
+    fill two blocks of one batch -- PNP's index-based loss (``pnp_* index_blocks: m``) then
+    counts the two blocks as negatives of each other, a label-based loss as positives.
+    False: B / m distinct classes per batch (the paper's "randomly sample k classes").
+    Deterministic given ``(seed, epoch)`` (the official code draws from Python's global ``random``).
+    """
+
+    def __init__(self, labels, batch_size: int, samples_per_class: int, replace_classes: bool = True, seed: int = 0):
+        if batch_size % samples_per_class:
+            raise ValueError(f"batch_size {batch_size} is not a multiple of samples_per_class {samples_per_class}")
+        self.m = samples_per_class
+        self.classes_per_batch = batch_size // samples_per_class
+        self.replace_classes = bool(replace_classes)
+        self.by_class = indices_by_class(labels)
+        self.seed = seed
+        self.epoch = 0
+        if len(labels) < batch_size:
+            raise ValueError(f"{len(labels)} images give no batch of {batch_size} (an epoch is floor(N / B) batches)")
+        if not self.replace_classes and len(self.by_class) < self.classes_per_batch:
+            raise ValueError(f"{len(self.by_class)} classes cannot give {self.classes_per_batch} distinct classes "
+                             "per batch (replace_classes: false)")
+        self.num_batches = len(labels) // batch_size
+
+    def _batch(self, rng: np.random.Generator) -> list[int]:
+        classes = rng.choice(len(self.by_class), size=self.classes_per_batch, replace=self.replace_classes)
+        return [int(i) for c in classes for i in rng.choice(self.by_class[c], size=self.m, replace=True)]
+
+    def _batches(self) -> list[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        return [self._batch(rng) for _ in range(self.num_batches)]
+
+    def __len__(self) -> int:
+        return self.num_batches
 
 
 @SAMPLERS.register("up_to_m_per_class")
@@ -149,15 +211,28 @@ class HierarchicalBatchSampler(EpochBatchSampler):
     each half from one super-class and half from the other, ``samples_per_class``
     images per class. PML draws from the global numpy RNG; we give it a
     ``RandomState(seed, epoch)`` for each epoch and restore the global one after.
+
+    ``super_levels`` (default [1]: the level above the class): the label levels whose
+    combination is the super-class -- each distinct tuple of their labels is one super-class.
+    [1, 2] on In-shop (levels item, clothing type, gender) gives the gender x type
+    super-labels (MEN/Denim and WOMEN/Denim apart: 23 on the real data) of RaMBO (section 5
+    "23 superclasses (e.g. MEN/Denim, WOMEN/Dresses)") and of the FastAP code it follows
+    (In-shop meta-class ``GENDER_Type``, reference/losses.md 5.2).
     """
 
     def __init__(self, labels, batch_size: int, samples_per_class: int, batches_per_super_tuple: int = 5,
-                 super_classes_per_batch: int = 2, seed: int = 0):
+                 super_classes_per_batch: int = 2, super_levels: list[PositiveInt] = (1,), seed: int = 0):
         labels = np.asarray(labels)
-        if labels.ndim != 2 or labels.shape[1] < 2:
-            raise ValueError("the hierarchical sampler needs [N, >=2] labels (class, super-class)")
-        self.kwargs = dict(labels=labels[:, :2], batch_size=batch_size, samples_per_class=samples_per_class,
-                           batches_per_super_tuple=batches_per_super_tuple,
+        levels = [int(level) for level in super_levels]
+        if not levels or min(levels) < 1 or len(set(levels)) != len(levels):
+            raise ValueError(f"super_levels must be distinct levels >= 1 (0 is the class), got {list(super_levels)}")
+        if labels.ndim != 2 or labels.shape[1] <= max(levels):
+            raise ValueError(f"the hierarchical sampler with super_levels {levels} needs [N, >={max(levels) + 1}] "
+                             f"labels (class, then the levels above it), got shape {labels.shape}")
+        supers = np.unique(labels[:, levels], axis=0, return_inverse=True)[1].reshape(-1)
+        self.super_levels = levels
+        self.kwargs = dict(labels=np.stack([labels[:, 0], supers], axis=1), batch_size=batch_size,
+                           samples_per_class=samples_per_class, batches_per_super_tuple=batches_per_super_tuple,
                            super_classes_per_batch=super_classes_per_batch, inner_label=0, outer_label=1)
         self.seed = seed
         self.epoch = 0

@@ -17,9 +17,11 @@ list's length as in the official code.
 
 from __future__ import annotations
 
+from collections import deque
+
 import torch
 
-from rankrepro.registry import PositiveFloat
+from rankrepro.registry import NonNegativeInt, PositiveFloat
 
 from .inputs import attached_zero, drop_self, no_autocast, retrieval_lists
 from .rank import ap_head, relevant_ranks
@@ -102,14 +104,31 @@ class RaMBORecallLoss(_BlackboxBase):
       ``score_sequences.shape[0]`` (number of query rows) instead of the row length, so r
       is scaled by rows / row length whenever the input is not square; "rows" reproduces
       it. In-batch (B x B, or B x (B-1) without self) the two agree up to B / (B - 1).
+    * ``batch_memory`` (default 0: none): the official ``BatchMemoryRecallLoss(batch_memory,
+      ...)``, the paper's "score memory" (section 4.3: "It stores the scores for elements of
+      the last tau previous batches ... All entries are concatenated for loss evaluation, but
+      the gradients only flow through the current batch"; supplement A: "a batch memory of
+      length 3"). The loss keeps the detached score rows and relevance rows of the last
+      ``batch_memory`` training batches (margin-free scores, own entry removed) and appends
+      them, as extra query rows, to the current batch's rows; the reduction then runs over
+      all rows. A stored row is ranked on its own, so it never enters a current query's
+      ranking: it adds a constant to the loss and its positives to the ``pairs``
+      denominator (the current rows' gradient shrinks by their share of the pairs, and so
+      does the blackbox's effective lambda), and -- with ``length: "rows"``, the official
+      scaling -- its rows to the row count, so the current rows' r grow by
+      (1 + stored batches) x B / row length (x 4 in-batch once 3 batches are stored).
+      Rows are stored only when gradients are on (training), survive epochs, and are part
+      of the state dict (a checkpoint resumes them); stored rows of another length than
+      the current batch's (after a shorter batch) are dropped, where the official
+      ``torch.cat`` would fail. It takes no reference set. The other memory,
+      ``memory={"size": tau * B}`` (:class:`rankrepro.losses.memory.MemoryLoss`), instead
+      enlarges every current query's retrieval list with the earlier batches' embeddings,
+      a reading of the paper's text that no official code has.
 
-    The paper's memory of the last tau batches: use ``memory={"size": tau * B}``. The
-    official ``BatchMemoryRecallLoss`` instead stacks earlier batches' detached score
-    *rows*, which never enter the current queries' rankings (see reference/losses.md §3.4);
-    that variant is not reproduced. With a reference set, each query's own entry (the
-    column ``self_index`` gives; the memory passes it) is removed unless
-    ``include_query``. A head over the rank core (:class:`~rankrepro.losses.steps.BlackboxStep`):
-    r_i = rank(i) - rank+(i). Cost O(B N log N) time, O(B N) memory. Float32.
+    With a reference set, each query's own entry (the column ``self_index`` gives; the
+    memory passes it) is removed unless ``include_query``. A head over the rank core
+    (:class:`~rankrepro.losses.steps.BlackboxStep`): r_i = rank(i) - rank+(i). Cost
+    O(B N log N) time, O(B N) memory (x (1 + batch_memory) rows with the row memory). Float32.
     """
 
     _WEIGHTS = ("log", "loglog")
@@ -122,8 +141,11 @@ class RaMBORecallLoss(_BlackboxBase):
         reduction: str = "pairs",
         length: str = "ref",
         include_query: bool = False,
+        batch_memory: NonNegativeInt = 0,
     ):
         super().__init__(lambda_val, margin, include_query)
+        if batch_memory < 0:
+            raise ValueError(f"batch_memory must be >= 0, got {batch_memory}")
         if weight_fn not in self._WEIGHTS:
             raise ValueError(f"weight_fn must be one of {', '.join(self._WEIGHTS)}, got {weight_fn!r}")
         if reduction not in ("pairs", "queries"):
@@ -133,17 +155,45 @@ class RaMBORecallLoss(_BlackboxBase):
         self.weight_fn = weight_fn
         self.reduction = reduction
         self.length = length
+        self.batch_memory = int(batch_memory)
+        self.stored: deque = deque(maxlen=max(self.batch_memory, 1))  # (scores, relevance, valid) rows, oldest first
 
     def extra_repr(self) -> str:
         return (f"lambda_val={self.lambda_val}, margin={self.margin}, weight_fn={self.weight_fn}, "
-                f"reduction={self.reduction}, length={self.length}, include_query={self.include_query}")
+                f"reduction={self.reduction}, length={self.length}, include_query={self.include_query}, "
+                f"batch_memory={self.batch_memory}")
+
+    def _with_stored_rows(self, s, rel, valid):
+        """The current rows followed by the stored ones of the same length; stores the current rows
+        (detached) when training. Rows of another length are dropped (module docstring)."""
+        if not self.batch_memory:
+            return s, rel, valid
+        while self.stored and self.stored[0][0].shape[1] != s.shape[1]:
+            self.stored.popleft()
+        rows = list(self.stored)
+        if torch.is_grad_enabled():
+            self.stored.append((s.detach(), rel.detach(), valid.detach()))
+        return tuple(torch.cat([current, *(row[i].to(current.device) for row in rows)])
+                     for i, current in enumerate((s, rel, valid)))
+
+    def get_extra_state(self):
+        return {"stored": list(self.stored)}
+
+    def set_extra_state(self, state) -> None:
+        self.stored.clear()
+        self.stored.extend(state["stored"])
 
     def forward(self, embeddings, labels, ref_embeddings=None, ref_labels=None, self_index=None) -> torch.Tensor:
+        if self.batch_memory and ref_embeddings is not None:
+            raise ValueError("rambo_recall with batch_memory > 0 (score rows) takes no reference set "
+                             "(no cross-batch embedding memory)")
         with no_autocast(embeddings):
             emb, s, rel, valid = self._lists(embeddings, labels, ref_embeddings, ref_labels, self_index)
-            if not bool(valid.any()):
+            current_valid = bool(valid.any())
+            s, rel, valid = self._with_stored_rows(s, rel, valid)
+            if not current_valid:
                 return attached_zero(emb)
-            n_rows = s.shape[0]  # the official code's "length" (all query rows)
+            n_rows = s.shape[0]  # the official code's "length" (all query rows, the stored ones included)
             s, rel = s[valid], rel[valid]
             y = _shift(s, rel, self.margin, random_margin=False)
             r = relevant_ranks(y, rel, self.step, need_rank_plus=True)

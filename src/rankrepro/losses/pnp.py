@@ -53,8 +53,9 @@ class PNPLoss(RankingLoss):
       release, so the paper's runs had the right sign. True reproduces the buggy release.
     * ``index_blocks`` (default None = label-based): the official loss ignores labels and
       treats the batch as contiguous blocks of ``index_blocks`` samples, each block a
-      distinct class. Its sampler (``class_random``) draws classes with replacement, so a
-      class repeated in two blocks counts as negative there. An int reproduces that exactly
+      distinct class. Its sampler (``class_random``, the sampler of that name in
+      :mod:`rankrepro.data.samplers`) draws classes with replacement, so a class repeated
+      in two blocks counts as negative there. An int reproduces that exactly
       (B must be a multiple; no reference set). With a sampler that draws distinct classes
       per batch the two are identical.
 

@@ -286,3 +286,12 @@ def freeze_batchnorm(module: nn.Module) -> None:
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
             m.eval()
             m.train = lambda mode=True, _m=m: _m  # a no-op that keeps eval mode
+
+
+def set_batchnorm_momentum(module: nn.Module, momentum: float) -> int:
+    """Set the ``momentum`` of every BatchNorm in ``module`` (PyTorch's convention: ``running = (1 - momentum)
+    * running + momentum * batch``); returns how many layers were set."""
+    layers = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    for m in layers:
+        m.momentum = momentum
+    return len(layers)

@@ -26,8 +26,9 @@ range 0-255, mean [104, 117, 128] (B, G, R) subtracted, std 1. The network decla
 (:data:`INPUT_CONVENTION`) and its forward converts the pipeline's tensors to it first
 (:class:`rankrepro.models.input_convention.InputConvention`).
 
-What the top-k precision code does differently and is not followed here: BatchNorm momentum
-0.9 (a Caffe-port artefact there; PyTorch's default 0.1 here, as in Cadene's network).
+BatchNorm momentum: PyTorch's default 0.1 here, as in Cadene's network; the top-k precision
+code's port has 0.9 in every layer (a Caffe-port artefact), which the model parameter
+``bn_momentum`` sets (:class:`rankrepro.models.heads.RetrievalNet`; the topk_bninception_* setups).
 """
 
 from __future__ import annotations

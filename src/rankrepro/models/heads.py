@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rankrepro.models.backbones import build_backbone, freeze_batchnorm
+from rankrepro.models.backbones import build_backbone, freeze_batchnorm, set_batchnorm_momentum
 from rankrepro.models.pooling import build_pooling
-from rankrepro.registry import Registry
+from rankrepro.registry import PositiveFloat, Registry
 
 MODELS = Registry("model")
 
@@ -37,6 +37,14 @@ class RetrievalNet(nn.Module):
     whitening of L2-normalised GeM features); ``embed_dim``: output size; ``freeze_bn``:
     BatchNorm statistics frozen.
 
+    ``bn_momentum`` (default None: each BatchNorm keeps the backbone's own, PyTorch's 0.1): the
+    momentum m of every BatchNorm layer of the backbone, in PyTorch's convention -- each
+    training batch updates ``running = (1 - m) * running + m * batch_statistic``. The top-k
+    precision code builds its BN-Inception with m = 0.9 in all 69 BatchNorm layers
+    (BG2CRW/top_k_optimization ``models/bn_inception.py``, a Caffe-port artefact: the running
+    statistics are about the last batch's). In (0, 1]; only meaningful with ``freeze_bn: false``
+    (frozen statistics never update), so setting it with ``freeze_bn: true`` is an error.
+
     ``projection``: a Linear layer to ``embed_dim`` (false: none, the official DeiT-S / ViT-B
     ``without_fc`` models, where ``embed_dim`` must equal the backbone's width);
     ``projection_init``: ``random`` (PyTorch's default) or ``pca``: the trainer sets the
@@ -53,7 +61,7 @@ class RetrievalNet(nn.Module):
     def __init__(self, backbone: str = "resnet50", pretrained: str = "imagenet", pooling: str | dict = "avg",
                  layernorm: bool = True, embed_dim: int = 512, freeze_bn: bool = True, projection: bool = True,
                  l2_features: bool = False, projection_init: str = "random", pca_whiten: bool = True,
-                 pca_images: int | None = None):
+                 pca_images: int | None = None, bn_momentum: PositiveFloat | None = None):
         super().__init__()
         if projection_init not in PROJECTION_INITS:
             raise ValueError(f"projection_init must be one of {', '.join(PROJECTION_INITS)}, got {projection_init!r}")
@@ -63,6 +71,10 @@ class RetrievalNet(nn.Module):
             raise ValueError(f"pca_images must be null (all) or at least 2, got {pca_images}")
         if layernorm and l2_features:
             raise ValueError("layernorm and l2_features are exclusive: choose one normalisation before the projection")
+        if bn_momentum is not None and not 0 < bn_momentum <= 1:
+            raise ValueError(f"bn_momentum must be in (0, 1] or null, got {bn_momentum}")
+        if bn_momentum is not None and freeze_bn:
+            raise ValueError("bn_momentum needs freeze_bn: false (frozen BatchNorm statistics never update)")
         self.backbone, channels = build_backbone(backbone, pretrained)
         pool = build_pooling(pooling)
         produced, expected = getattr(self.backbone, "output", "map"), getattr(pool, "input", "map")
@@ -89,8 +101,11 @@ class RetrievalNet(nn.Module):
         self.pca_whiten = pca_whiten
         self.pca_images = pca_images
         self.freeze_bn = freeze_bn
+        self.bn_momentum = bn_momentum
         if freeze_bn:
             freeze_batchnorm(self.backbone)
+        if bn_momentum is not None:
+            set_batchnorm_momentum(self.backbone, bn_momentum)
 
     @property
     def projection_layer(self) -> nn.Module:

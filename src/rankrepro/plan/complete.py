@@ -23,7 +23,8 @@ from rankrepro.plan.merge import get_path, origin_of
 from rankrepro.plan.schema import PlanError, Schemas, dotted, fill_schema_defaults, first_error
 from rankrepro.registry import ParameterError, check_parameters
 
-__all__ = ["ID_NEUTRAL_DEFAULTS", "SCHEMA_DEFAULT", "canonical_json", "check_batch_split", "complete_run", "leaf_paths",
+__all__ = ["ID_NEUTRAL_DEFAULTS", "SCHEMA_DEFAULT", "canonical_json", "check_batch_split", "check_index_blocks",
+           "complete_run", "leaf_paths",
            "provenance", "run_id"]
 
 #: the origin of a value the run schema's default filled
@@ -120,6 +121,7 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
                 origins[(*path, key)] = f"code default of {kind} {name!r} ({entry['target']})"
     complete_groups(run, origins, catalog, context)
     check_batch_split(run, origins, context)
+    check_index_blocks(run, origins, context)
     if run["warmup_epochs"] > run["epochs"]:  # the backbone would never train
         raise PlanError(f"run{context}: warmup_epochs ({run['warmup_epochs']}, {origin_of(origins, ('warmup_epochs',))}) "
                         f"exceeds epochs ({run['epochs']}, {origin_of(origins, ('epochs',))})")
@@ -133,20 +135,31 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
     return run
 
 
+def check_index_blocks(run: dict, origins: dict, context: str = "") -> None:
+    """:class:`PlanError` when the loss reads the batch as blocks of ``index_blocks`` samples of one class (PNP's
+    official index-based positives, :mod:`rankrepro.losses.pnp`) but the sampler draws ``samples_per_class`` of
+    another size: the blocks would split or join classes."""
+    blocks, per_class = run["loss"].get("index_blocks"), run["sampler"].get("samples_per_class")
+    if blocks is not None and per_class is not None and blocks != per_class:
+        raise PlanError(f"{_where(origins, ('loss', 'index_blocks'), context)}: index_blocks {blocks} must equal the "
+                        f"sampler's samples_per_class {per_class} ({origin_of(origins, ('sampler', 'samples_per_class'))})")
+
+
 def check_batch_split(run: dict, origins: dict, context: str = "") -> None:
     """:class:`PlanError` when the run's sampler cannot split its batch (checked when training builds it,
-    :mod:`rankrepro.data.samplers`): ``m_per_class`` needs ``batch_size`` a multiple of
-    ``samples_per_class``; ``hierarchical`` (pytorch-metric-learning's HierarchicalSampler) needs it a
+    :mod:`rankrepro.data.samplers`): ``m_per_class`` and ``class_random`` need ``batch_size`` a multiple
+    of ``samples_per_class``; ``hierarchical`` (pytorch-metric-learning's HierarchicalSampler) needs it a
     multiple of ``super_classes_per_batch``, and each super-class's share a multiple of ``samples_per_class``.
     The message names where ``batch_size`` and the other number were set."""
     block = run["sampler"]
     name, size, per_class = block["name"], block.get("batch_size"), block.get("samples_per_class")
-    if name not in ("m_per_class", "hierarchical") or not all(isinstance(v, int) for v in (size, per_class)):
+    if name not in ("m_per_class", "class_random", "hierarchical") or \
+            not all(isinstance(v, int) for v in (size, per_class)):
         return
     path = ("sampler", "batch_size")
     where = f"{_where(origins, path, context)}: sampler {name!r}: batch_size {size}"
     per_class_origin = origin_of(origins, ("sampler", "samples_per_class"))
-    if name == "m_per_class":
+    if name in ("m_per_class", "class_random"):
         if size % per_class:
             raise PlanError(f"{where} is not a multiple of samples_per_class {per_class} ({per_class_origin})")
         return
