@@ -40,7 +40,7 @@ def _write_csv(path, rows, replica=True):
 def _write_run(runs_dir, rid, epochs, device, eval_seconds, eval_device=None):
     d = runs_dir / rid
     d.mkdir(parents=True)
-    header = "epoch,loss,lr_backbone,lr_head,seconds,images_per_s,device,backbone_frozen"
+    header = "epoch,loss,lr_backbone,lr_head,seconds,images_per_s,device,warmup"
     if device is None:  # a history written before the device was recorded
         header = header.replace(",device", "")
     rows = [f"{e + 1},{1.0 / (e + 1)},1e-05,0.0001,{s},100.0" + (f",{device}" if device else "") + ",False"

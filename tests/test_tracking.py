@@ -18,7 +18,7 @@ def _run_dir(root, name, loss=0.5):
     d.mkdir(parents=True)
     (d / "run.json").write_text(json.dumps({"dataset": "sop", "loss": {"name": "smooth_ap", "tau": 0.01},
                                             "sampler": {"batch_size": 256}, "eval": {"recall_at": [1, 10]}}))
-    (d / "history.csv").write_text("epoch,loss,lr_backbone,lr_head,seconds,images_per_s,backbone_frozen\n"
+    (d / "history.csv").write_text("epoch,loss,lr_backbone,lr_head,seconds,images_per_s,warmup\n"
                                    f"1,{loss},1e-5,2e-5,3.0,100.0,True\n2,0.4,1e-5,2e-5,3.0,110.0,False\n")
     (d / "metrics.json").write_text(json.dumps({"replica": True, "metrics": {"R@1": 0.8, "mAP@R": 0.5}}))
     return d

@@ -26,7 +26,7 @@ off. What PML does not do is added here, and only that:
 Proxy losses (``proxy_nca``, ``proxy_nca_pp``, ``normalized_softmax``) and ``npair``
 compare each embedding with proxies or with the batch only: a reference set is accepted
 and ignored (a warning is emitted once). Their proxies are ``nn.Parameter``s created in
-``__init__``; the trainer gives them their own parameter group (``lr_loss``).
+``__init__``; the trainer puts them in the run's ``loss`` parameter group (:mod:`rankrepro.engine.optim`).
 
 Baseline list: the topk paper's Table 1 (uniform / hard / semi-hard / distance-weighted
 triplet, contrastive, lifted structure, N-pair, angular, ProxyNCA) and the SupRank
@@ -494,7 +494,7 @@ ProxyNCAPP = register("proxy_nca_pp", compose("ProxyNCAPP", __name__, lambda v: 
     distance; no label smoothing; checked in a test). Proxies are initialised
     N(0, 1)/8 as in SupRank (PML: N(0, 1); the scale is removed by the normalisation).
     The other "++" ingredients are recipe items outside the loss: fast proxies = a
-    larger learning rate for the proxies (the trainer's ``lr_loss``; SupRank
+    larger learning rate for the proxies (the run's ``loss`` parameter group; SupRank
     ``proxy_nca_pp.yaml`` uses the head optimizer), max+avg pooling and layer norm
     (model options)."""))
 
@@ -504,8 +504,8 @@ class NormalizedSoftmax(_ProxyAdapter):
     r"""Normalized softmax / NSM (Zhai & Wu 2018), PML ``NormalizedSoftmaxLoss``:
     ``CE(x̂ · Ŵ / T, y)`` with L2-normalised class weights W, T = 0.05 (``temperature``;
     SupRank ``ClusterLoss`` η = 0.05). Weights initialised U(-1/√D, 1/√D) as SupRank
-    (PML: N(0, 1); the scale is removed by the normalisation). The proxy learning rate
-    is the trainer's ``lr_loss`` (SupRank SOP/iNat: Adam 10, cosine to 0.1)."""
+    (PML: N(0, 1); the scale is removed by the normalisation). The proxies train in
+    the run's ``loss`` parameter group (SupRank SOP: Adam 10, cosine to 0.1; iNat: the head's)."""
 
     def __init__(self, num_classes: int, embedding_size: int, temperature: PositiveFloat = 0.05):
         super().__init__()

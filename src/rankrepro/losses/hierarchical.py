@@ -8,8 +8,8 @@ with w = 1/|Λ| (``reduction="mean"``, default) or 1 (``"sum"``). The official c
 (``triplet_double/triple/seven.yaml``, ``norm_softmax_*_double/triple/seven.yaml``) list one
 loss per level with ``weight:`` null, which SupRank turns into uniform weights 1/n — a
 mean, despite the Σ in the tables' names. Proxy losses get one proxy set per level
-(C_l proxies at level l); each level's proxies are a separate submodule, all trained with
-the trainer's ``lr_loss``. ``levels`` reproduces configs that skip a level:
+(C_l proxies at level l); each level's proxies are a separate submodule, all in the run's
+``loss`` parameter group (:mod:`rankrepro.engine.optim`). ``levels`` reproduces configs that skip a level:
 ``triplet_seven.yaml`` lists levels [0, 1, 3, 4, 5, 6] (level 2 is missing — an official
 slip; the default here uses every level).
 """
@@ -137,7 +137,7 @@ def _level_sum(name, proxy_loss, doc, **defaults):
 
 SumNSM = register("sum_nsm", _level_sum("SumNSM", "normalized_softmax", r"""ΣNSM: :class:`~rankrepro.losses.baselines.NormalizedSoftmax` (η = ``temperature`` =
     0.05) with its own C_l proxies at every level, averaged over the levels
-    (``norm_softmax_sop_double.yaml`` etc.; proxies Adam lr 10 there → ``lr_loss``).""", temperature=0.05))
+    (``norm_softmax_sop_double.yaml`` etc.; proxies Adam lr 10 there: the run's ``loss`` group).""", temperature=0.05))
 
 SumNCAPP = register("sum_nca_pp", _level_sum("SumNCAPP", "proxy_nca_pp", r"""ΣNCA++: :class:`~rankrepro.losses.baselines.ProxyNCAPP` (T = ``temperature`` = 1/9)
     with its own C_l proxies at every level, averaged over the levels (no official config
