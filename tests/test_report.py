@@ -134,8 +134,8 @@ def test_index_markdown_and_html(results):
     text = out.read_text()
     assert "**2 papers, 3 tables: 4 of 8 cells reproduced, 2 within 1 point of the paper, 4 pending.**" in text
     assert "| p | t1: A caption | [md](tables/p/t1.md) · [csv](tables/p/t1.csv) · [tex](tables/p/t1.tex) | replica " \
-           "| 4 | 2 | 1 | 2 | 2/2 (1 shared) | 1.67 | 2.00 |" in text
-    assert "| q | t3: A caption | not built yet | — | 2 | 0 | 0 | 2 | 0/0 | 0 | 0 |" in text
+           "| 4 | 2 | 1 | — | 2 | 2/2 (1 shared) | 1.67 | 2.00 |" in text  # — : no test curve, no best epoch
+    assert "| q | t3: A caption | not built yet | — | 2 | 0 | 0 | — | 2 | 0/0 | 0 | 0 |" in text
     assert f"- **p t1**: 1 × {PENDING}; 1 × missing" in text
     assert "Runs shared by several tables (their hours count in each): `r2`." in text
     assert "[toy](synthetic/toy.md)" in text and "Not built (`hgldv2.build: true`" in text
@@ -224,7 +224,7 @@ def test_a_static_table_is_indexed_as_nothing_to_reproduce(results, built):
     index.write_index(results / "plan" / "plan.json", results, results / "README.md")
     text = (results / "README.md").read_text()
     files = "[md](tables/p/s.md) · [csv](tables/p/s.csv) · [tex](tables/p/s.tex)" if built else "not built yet"
-    assert f"| p | s: Complexity | {files} | static: transcribed, nothing to reproduce | 0 | 0 | 0 | 0 | — | — | — |" \
+    assert f"| p | s: Complexity | {files} | static: transcribed, nothing to reproduce | 0 | 0 | 0 | — | 0 | — | — | — |" \
         in text
     assert "**p s**" not in text  # nothing pending
 
