@@ -108,6 +108,10 @@ def test_run_hours_split_by_device(results, tmp_path):
     mixed = index.run_hours(tmp_path / "other" / "mixed")
     assert mixed["cpu_s"] == 10.0 and mixed["cuda_s"] == 5.0
     assert not index.run_hours(tmp_path / "nothing")["finished"]
+    # the test curve's evaluations during training count as evaluation, on the training's device
+    (results / "runs" / "r1" / "curve.csv").write_text("epoch,seconds,R@1\n1,30.0,0.5\n2,20.0,0.6\n")
+    r1 = index.run_hours(results / "runs" / "r1")
+    assert r1["eval_s"] == 650.0 and r1["cuda_s"] == 6050.0 and r1["train_s"] == 5400.0
 
 
 def test_index_counts_cells_pending_reasons_and_hours(results):
