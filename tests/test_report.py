@@ -175,6 +175,15 @@ def test_training_curve_and_scatter_are_pngs(results, tmp_path):
     extra = tmp_path / "extra.csv"  # a further numeric column gets the third panel
     extra.write_text("epoch,loss,lr_backbone,lr_head,seconds,val_R@1\n1,0.5,1e-5,1e-4,1.0,0.2\n2,0.4,1e-5,1e-4,1.0,0.3\n")
     assert plots.training_curve(extra, tmp_path / "extra.png").read_bytes()[:8] == PNG
+    # a test curve beside the history gets the last panel (VehicleID-like groups, the best starred)
+    run = tmp_path / "withcurve"
+    run.mkdir()
+    (run / "history.csv").write_text(extra.read_text())
+    (run / "curve.csv").write_text("epoch,seconds,small/R@1,large/R@1\n1,1.0,0.5,0.4\n2,1.0,0.6,0.3\n")
+    (run / "metrics.json").write_text(json.dumps({"metrics": {"small/R@1": 0.6, "large/R@1": 0.3}, "best_test": {
+        "select_by": "R@1", "epochs": {"small/R@1": 2, "large/R@1": 1}, "metrics": {"small/R@1": 0.6, "large/R@1": 0.4}}}))
+    with_curve = plots.training_curve(run / "history.csv", tmp_path / "with.png", metrics_json=run / "metrics.json")
+    assert with_curve.read_bytes()[:8] == PNG and with_curve.stat().st_size > (tmp_path / "extra.png").stat().st_size
     csvs = [results / "tables" / "p" / "t1.csv", results / "tables" / "p" / "t2.csv"]
     assert [p[:2] for p in plots.scatter_points(csvs[0])] == [(80.0, 80.5), (70.0, 72.0)]
     scatter = plots.paper_scatter("p", csvs, tmp_path / "scatter.png")
