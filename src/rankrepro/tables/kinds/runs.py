@@ -237,10 +237,10 @@ def other_column(rows: list[dict]) -> str | None:
     return "other epoch" if selects else None
 
 
-def _other(entry: dict, pm: str = "±", none: str = "—") -> str:
-    """A cell's number of the epoch ours does not show (:func:`other_column`)."""
+def _other(entry: dict, pm: str = "±") -> str:
+    """A cell's number of the epoch ours does not show (:func:`other_column`); "" where it has none."""
     key = "last" if entry["select"] == "best_test" else "best"
-    return _number(entry[key], entry[f"{key}_std"], entry["decimals"], pm, none)
+    return _number(entry[key], entry[f"{key}_std"], entry["decimals"], pm, none="")
 
 
 def selection_note(rows: list[dict]) -> str:
@@ -300,7 +300,7 @@ def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
         for e in entries:
             ours = "--" if e["ours"] is None else _ours(e, pm="$\\pm$")
             parts += [tex_mark(paper_number(e["paper"], e["decimals"]), e["paper_mark"]),
-                      tex_mark(ours, e["ours_mark"]), _diff(e)] + ([_other(e, "$\\pm$", "--")] if other else [])
+                      tex_mark(ours, e["ours_mark"]), _diff(e)] + ([_other(e, "$\\pm$")] if other else [])
         lines.append(" & ".join(parts) + r" \\")
     note = selection_note(rows)
     caption = tex_escape(spec["caption"]) + (REPLICA_TEX if replica else "") + (f" {tex_escape(note)}" if note else "")
@@ -365,7 +365,7 @@ class RunsTable(TableKind):
     def other_number(self, rows: list[dict]) -> tuple[str, list[str]] | None:
         epochs = self._epochs(rows)
         other = other_column(epochs)
-        return (other, [_other(e, none="") for e in epochs]) if other else None
+        return (other, [_other(e) for e in epochs]) if other else None
 
     def page_note(self, rows: list[dict]) -> str:
         return selection_note(self._epochs(rows))
