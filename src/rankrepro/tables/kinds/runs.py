@@ -22,8 +22,9 @@ is the best epoch on the test set (the paper's protocol, optimistic: the honest 
 view), ``best`` in a table whose ours is the last epoch, shown only where some cell's best differs
 from its last (a test curve found a better epoch). A separate column rather than a parenthesis in the
 ours cell: ``81.2 ± 0.3 (last 80.1 ± 0.4)`` does not read at a glance, and a column compares down the
-rows. The CSV always holds both (``last``, ``last_std``, ``best``, ``best_std``) and ``select``; Δ and
-the marks are those of ours.
+rows. The CSV holds both (``last``, ``last_std``, ``best``, ``best_std``; ``best`` empty for a cell whose
+runs have no test curve) with ``select`` and ``select_by``; Δ, the marks and the index's "within 1 pt" are
+those of ours; the index's best − last is the mean of ``best − last``.
 """
 
 from __future__ import annotations
