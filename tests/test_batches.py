@@ -112,3 +112,14 @@ def test_adopt_puts_a_staged_run_in_its_folder_once(tmp_path):
         adopt(record, "sop-a-1", out)
     with pytest.raises(AdoptError, match=rf"{record}: run sop-z-9 is not in this training batch; its runs: sop-a-1"):
         adopt(record, "sop-z-9", out)
+
+
+def test_adopt_carries_the_test_curve_when_the_run_has_one(tmp_path):
+    staged, record = tmp_path / "staged", tmp_path / "batch.json"
+    (staged / "sop-a-1").mkdir(parents=True)
+    for name in (*STAGED_FILES, "curve.csv"):
+        (staged / "sop-a-1" / name).write_text(name)
+    record.write_text(json.dumps({"runs": {"sop-a-1": str(staged / "sop-a-1")}}))
+    out = tmp_path / "runs" / "sop-a-1"
+    assert [p.name for p in adopt(record, "sop-a-1", out)] == ["curve.csv", *STAGED_FILES]  # metrics.json after it
+    assert (out / "curve.csv").read_text() == "curve.csv"

@@ -8,10 +8,10 @@ import yaml
 from rankrepro.plan.cost import ProfileError, images_per_s, load_profile, plan_cost, split_images
 
 
-def _run(dataset, backbone, crop, epochs, amp="fp16", cap=None, batch=100):
+def _run(dataset, backbone, crop, epochs, amp="fp16", cap=None, batch=100, every=None):
     return {"dataset": dataset, "model": {"backbone": backbone}, "epochs": epochs, "amp": amp,
             "images": {"train_crop": crop, "test_crop": crop}, "sampler": {"batch_size": batch},
-            "max_batches_per_epoch": cap, "train_split": "train"}
+            "max_batches_per_epoch": cap, "train_split": "train", "eval": {"metrics": ["R@1"], "every": every}}
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def results(tmp_path):
 
 
 def _plan():
-    runs = {"a": _run("toyset", "resnet50", 224, 10), "b": _run("toyset", "densenet201", 448, 2, amp="none"),
+    runs = {"a": _run("toyset", "resnet50", 224, 10, every=4), "b": _run("toyset", "densenet201", 448, 2, amp="none"),
             "c": _run("toyset", "resnet50", 224, 5, cap=3), "d": _run("dyml_animal", "resnet50", 224, 1)}
     table = {"spec": {"caption": "t"}, "cells": []}
     return {"runs": runs, "datasets": {"toyset": {"facts": {}}, "dyml_animal": {"facts": {}}}, "synthetic": {},
@@ -47,7 +47,7 @@ def _plan():
 def test_the_estimate_of_a_tiny_plan_equals_the_hand_computation(profiles, results):
     cost = plan_cost(_plan(), "toy", results, profiles)
     eval_h = lambda ips: 9000 / ips / 3600  # test + gallery images, one evaluation
-    a = 3600 * 10 / 1000 / 3600 + eval_h(3000)                      # 10 h + 0.833 h
+    a = 3600 * 10 / 1000 / 3600 + 4 * eval_h(3000)                  # 10 h + 4 x 0.833 h: the test curve at epochs 4, 8, 10, then the evaluate job
     b = 3600 * 2 / (400 * 0.25 * 0.5) / 3600 + eval_h(1200 * 0.25)  # 448²: a quarter; amp none: half
     c = 300 * 5 / 1000 / 3600 + eval_h(3000)                         # 3 batches of 100 per epoch
     runs = cost["runs"]

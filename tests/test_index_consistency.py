@@ -55,3 +55,35 @@ def test_a_nan_metric_is_never_marked():
     spec = {"best": {}, "columns": [{"metric": "R@1"}], "rows": [{}, {}, {}]}
     _, ours = best_marks(spec, {}, {(0, 0): nan, (1, 0): 61.0, (2, 0): 60.0})
     assert ours == {(1, 0): BEST, (2, 0): SECOND} and math.isnan(nan)
+
+
+def test_the_index_shows_the_mean_gap_between_the_best_epoch_on_test_and_the_last(tmp_path):
+    """best − last, in points, over the reproduced percent cells with both numbers: p/t (4.0 and 0.0;
+    its fraction column does not count) -> +2.0; q/t has no test curve (no best) -> —; the total over
+    the three cells: (4 + 0 + 5) / 3 = +3.0 with r/t's single cell at +5.0."""
+    res = tmp_path / "results"
+    header = "method,column,metric,unit,paper,ours,std,seeds,diff,status,select,last,best,replica"
+    csvs = {"p/t": ["Ours,SOP h0,R@1,percent,80.0,83.0,,1,3.0,ours,best_test,79.0,83.0,False",
+                    "Ours,SOP h1,R@1,percent,70.0,70.0,,1,0.0,ours,best_test,70.0,70.0,False",
+                    "Ours,SOP h2,d,fraction,0.3,0.2,,1,-0.1,ours,best_test,0.3,0.2,False"],
+            "q/t": ["Ours,SOP h0,R@1,percent,80.0,79.0,,1,-1.0,ours,last,79.0,,False"],
+            "r/t": ["Ours,SOP h0,R@1,percent,80.0,60.0,,1,-20.0,ours,last,60.0,65.0,False"]}
+    tables = {}
+    for key, lines in csvs.items():
+        paper, table = key.split("/")
+        ncol = len(lines)
+        spec = {"paper": paper, "table": table, "caption": "c", "source": "s",
+                "columns": [{"group": "SOP", "header": f"h{c}", "metric": "R@1"} for c in range(ncol)],
+                "rows": [{"method": "Ours", "paper": [0.0] * ncol}]}
+        cells = [{"row": 0, "column": c, "pending": None, "run_ids": [], "metric": "R@1"} for c in range(ncol)]
+        tables[key] = {"paper": paper, "table": table, "spec": spec, "cells": cells, "runs": []}
+        (res / "tables" / paper).mkdir(parents=True)
+        (res / "tables" / paper / f"{table}.csv").write_text("\n".join([header, *lines]) + "\n")
+    built = index.build_index({"tables": tables}, res)
+    gaps = {f"{t['paper']}/{t['table']}": (t["gap"], t["gap_cells"]) for t in built["tables"]}
+    assert gaps == {"p/t": (2.0, 2), "q/t": (None, 0), "r/t": (5.0, 1)}
+    assert (built["total"]["gap"], built["total"]["gap_cells"]) == (3.0, 3)
+    text = index.to_markdown(built)
+    assert "| within 1 pt | best − last | pending |" in text
+    assert "| 3 | 3 | 1 | +2.0 | 0 |" in text and "| 1 | 1 | 1 | — | 0 |" in text
+    assert "Best epoch on the test set − last epoch: +3.0 points on average over 3 cells." in text

@@ -34,7 +34,10 @@ DOCUMENT = r"""\documentclass{article}
 
 def _fake_results(plan, root):
     """metrics.json for every run of ``plan`` (a value per metric its cells read, different per run, so
-    that best / second marks appear) and a manifest meta.json per statistics dataset."""
+    that best / second marks appear; with a test curve one epoch better than the last, so that the
+    tables show both) and a manifest meta.json per statistics dataset."""
+    from rankrepro.engine.selection import select_by_of, selection_record
+
     metrics: dict[str, set] = {}
     for table in plan["tables"].values():
         for cell in table["cells"]:
@@ -42,8 +45,12 @@ def _fake_results(plan, root):
                 metrics.setdefault(rid, set()).add(cell["metric"])
     for rid, names in metrics.items():
         (root / "runs" / rid).mkdir(parents=True)
+        run = plan["runs"][rid]
+        names = names | {select_by_of(run["eval"])}
         values = {m: int(hashlib.sha1(f"{rid}{m}".encode()).hexdigest()[:6], 16) / 0xFFFFFF for m in names}
-        (root / "runs" / rid / "metrics.json").write_text(json.dumps({"replica": True, "metrics": values}))
+        curve = [{"epoch": 1, "seconds": 0.0, **{m: v + 0.01 for m, v in values.items()}}] if run["eval"]["every"] else []
+        (root / "runs" / rid / "metrics.json").write_text(json.dumps(
+            {"replica": True, "metrics": values, **selection_record(run, values, curve)}))
 
 
 def test_escape_makes_every_special_character_latex():
@@ -75,6 +82,8 @@ def test_every_table_compiles_in_a_booktabs_document(tmp_path):
         inputs.append(rf"\input{{tex/{key}.tex}}")
     assert any(r"\textbf{" in (tmp_path / "tex" / f"{k}.tex").read_text() for k in plan["tables"]
                if (tmp_path / "tex" / f"{k}.tex").exists())
+    rambo2 = (tmp_path / "tex" / "rambo" / "table2.tex").read_text()  # best on test, last beside it, 3 seeds
+    assert r"paper & ours & $\Delta$ & last" in rambo2 and r"over 3 seeds" in rambo2
     static = [k for k, t in plan["tables"].items() if t["spec"].get("kind") == "static"]
     assert {"rambo/table1", "rambo/table9"} <= set(static)  # static tables are compiled too
     table1 = (tmp_path / "tex" / "rambo" / "table1.tex").read_text()

@@ -153,6 +153,13 @@ def test_training_refuses_a_default_changed_in_code_without_rewriting_the_catalo
     ({"per_loss": {"roadmapp": {"loss": {"lam": 0.2}}}}, r"config run_overrides: per_loss.roadmapp: unknown loss 'roadmapp'"),
     ({"per_loss": {"roadmap": {"loss": {"name": "sup_ap"}}}}, r"config run_overrides: per_loss.roadmap.loss.name: 'sup_ap' "
                                                               r"in the entry of loss 'roadmap'"),
+    ({"eval": {"select_by": "R@5"}}, r"config run_overrides \(cell .*\): eval.select_by: 'R@5' is not one of "
+                                     r"eval.metrics \(R@1, .*suprank.yaml: suprank_sop\)"),
+    ({"eval": {"metrics": ["dists@intra", "R@1"]}}, r"config run_overrides \(cell .*\): eval.metrics: the best "
+                                                    r"epoch maximises 'dists@intra', a metric where lower is better"),
+    ({"eval": {"select": "best_test", "every": None}}, r"config run_overrides \(cell .*\): eval.select: best_test "
+                                                       r"needs a test curve; set eval.every"),
+    ({"eval": {"every": 0}}, r"config run_overrides: eval.every: 0 is less than the minimum of 1"),
 ])
 def test_a_bad_override_fails_the_plan_naming_the_key(overrides, message):
     with pytest.raises(PlanError, match=message):
@@ -300,3 +307,50 @@ def test_synthetic_results_are_checked_and_planned():
     assert plan["synthetic"]["scale"] == "demo" and plan["synthetic"]["seed"] == 0
     with pytest.raises(PlanError, match=r"config synthetic.names: unknown result 'pnp_fig66'; registered: "):
         make_plan(TABLE1, synthetic={"names": ["pnp_fig66"]})
+
+
+# ----------------------------------------------------------------- model selection and seeds
+
+
+def test_the_selection_keys_leave_the_run_id_alone_at_their_defaults():
+    """eval.every / select / select_by came after run ids: at null / last / null a run keeps its id."""
+    run = resolve_run("suprank_sop", {"name": "smooth_ap", "tau": 0.01}, {"eval": {"every": None}})
+    assert (run["eval"]["every"], run["eval"]["select"], run["eval"]["select_by"]) == (None, "last", None)
+    before = dict(run, eval={"metrics": run["eval"]["metrics"]})  # a record planned before the keys existed
+    assert run_id(run) == run_id(before)
+    assert run["eval"] == {"metrics": run["eval"]["metrics"], "every": None, "select": "last", "select_by": None}
+    for key, value in (("every", 20), ("select_by", "R@1")):
+        assert run_id(dict(run, eval={**run["eval"], key: value})) != run_id(run), key
+
+
+@pytest.mark.parametrize("setup, every, select", [
+    ("smooth_ap_sop_224", 1, "best_test"), ("smooth_ap_vehicleid", 1, "best_test"), ("pnp_sop_112", 1, "best_test"),
+    ("pnp_inat_224", 1, "best_test"), ("rambo_cub", 1, "best_test"), ("topk_densenet201_cub", 1, "best_test"),
+    ("topk_densenet201_cars", 2, "best_test"), ("topk_densenet201_sop", 1, "best_test"), ("suprank_sop", 20, "last"),
+])
+def test_the_papers_evaluate_and_select_as_their_code(setup, every, select):
+    run = resolve_run(setup, {"name": "smooth_ap", "tau": 0.01})
+    assert (run["eval"]["every"], run["eval"]["select"]) == (every, select)
+    assert run["eval"]["select_by"] == ("R@1" if select == "best_test" else None)
+    assert "R@1" in run["eval"]["metrics"]
+
+
+def test_the_config_gives_a_table_more_seeds():
+    from rankrepro.plan.build import plan_from_config
+
+    config = {"data_root": "d", "datasets": {}, "tracking": {"tracking_uri": "sqlite:///x.db", "experiment": "x"},
+              "tables": {"suprank": ["table1"], "rambo": ["table1"]}}
+    plain = plan_from_config(json.loads(json.dumps(config)))
+    more = plan_from_config({**json.loads(json.dumps(config)), "seeds": {"suprank/table1": [0, 3, 4]}})
+    table = more["tables"]["suprank/table1"]
+    assert table["spec"]["seeds"] == [0, 3, 4] and "seeds" not in plain["tables"]["suprank/table1"]["spec"]
+    cell = next(c for c in table["cells"] if c["run_ids"])
+    assert sorted(more["runs"][r]["seed"] for r in cell["run_ids"]) == [0, 3, 4]
+    assert set(plain["runs"]) < set(more["runs"])  # seed 0 is the setup's: those runs are shared
+    for seeds, message in [({"suprank/table99": [0]}, r"config seeds.suprank/table99: no table suprank/table99 in "
+                                                       r"the config's tables \(suprank/table1, rambo/table1\)"),
+                           ({"rambo/table1": [0]}, r"config seeds.rambo/table1: a static table has no runs to seed"),
+                           ({"suprank/table1": []}, r"(?s)config.*should be non-empty.*instance\['seeds'\]"),
+                           ({"suprank": [0]}, r"(?s)config.*does not match.*instance\['seeds'\]")]:
+        with pytest.raises(PlanError, match=message):
+            plan_from_config({**json.loads(json.dumps(config)), "seeds": seeds})

@@ -108,6 +108,10 @@ def test_run_hours_split_by_device(results, tmp_path):
     mixed = index.run_hours(tmp_path / "other" / "mixed")
     assert mixed["cpu_s"] == 10.0 and mixed["cuda_s"] == 5.0
     assert not index.run_hours(tmp_path / "nothing")["finished"]
+    # the test curve's evaluations during training count as evaluation, on the training's device
+    (results / "runs" / "r1" / "curve.csv").write_text("epoch,seconds,R@1\n1,30.0,0.5\n2,20.0,0.6\n")
+    r1 = index.run_hours(results / "runs" / "r1")
+    assert r1["eval_s"] == 650.0 and r1["cuda_s"] == 6050.0 and r1["train_s"] == 5400.0
 
 
 def test_index_counts_cells_pending_reasons_and_hours(results):
@@ -134,8 +138,8 @@ def test_index_markdown_and_html(results):
     text = out.read_text()
     assert "**2 papers, 3 tables: 4 of 8 cells reproduced, 2 within 1 point of the paper, 4 pending.**" in text
     assert "| p | t1: A caption | [md](tables/p/t1.md) · [csv](tables/p/t1.csv) · [tex](tables/p/t1.tex) | replica " \
-           "| 4 | 2 | 1 | 2 | 2/2 (1 shared) | 1.67 | 2.00 |" in text
-    assert "| q | t3: A caption | not built yet | — | 2 | 0 | 0 | 2 | 0/0 | 0 | 0 |" in text
+           "| 4 | 2 | 1 | — | 2 | 2/2 (1 shared) | 1.67 | 2.00 |" in text  # — : no test curve, no best epoch
+    assert "| q | t3: A caption | not built yet | — | 2 | 0 | 0 | — | 2 | 0/0 | 0 | 0 |" in text
     assert f"- **p t1**: 1 × {PENDING}; 1 × missing" in text
     assert "Runs shared by several tables (their hours count in each): `r2`." in text
     assert "[toy](synthetic/toy.md)" in text and "Not built (`hgldv2.build: true`" in text
@@ -171,6 +175,15 @@ def test_training_curve_and_scatter_are_pngs(results, tmp_path):
     extra = tmp_path / "extra.csv"  # a further numeric column gets the third panel
     extra.write_text("epoch,loss,lr_backbone,lr_head,seconds,val_R@1\n1,0.5,1e-5,1e-4,1.0,0.2\n2,0.4,1e-5,1e-4,1.0,0.3\n")
     assert plots.training_curve(extra, tmp_path / "extra.png").read_bytes()[:8] == PNG
+    # a test curve beside the history gets the last panel (VehicleID-like groups, the best starred)
+    run = tmp_path / "withcurve"
+    run.mkdir()
+    (run / "history.csv").write_text(extra.read_text())
+    (run / "curve.csv").write_text("epoch,seconds,small/R@1,large/R@1\n1,1.0,0.5,0.4\n2,1.0,0.6,0.3\n")
+    (run / "metrics.json").write_text(json.dumps({"metrics": {"small/R@1": 0.6, "large/R@1": 0.3}, "best_test": {
+        "select_by": "R@1", "epochs": {"small/R@1": 2, "large/R@1": 1}, "metrics": {"small/R@1": 0.6, "large/R@1": 0.4}}}))
+    with_curve = plots.training_curve(run / "history.csv", tmp_path / "with.png", metrics_json=run / "metrics.json")
+    assert with_curve.read_bytes()[:8] == PNG and with_curve.stat().st_size > (tmp_path / "extra.png").stat().st_size
     csvs = [results / "tables" / "p" / "t1.csv", results / "tables" / "p" / "t2.csv"]
     assert [p[:2] for p in plots.scatter_points(csvs[0])] == [(80.0, 80.5), (70.0, 72.0)]
     scatter = plots.paper_scatter("p", csvs, tmp_path / "scatter.png")
@@ -224,7 +237,7 @@ def test_a_static_table_is_indexed_as_nothing_to_reproduce(results, built):
     index.write_index(results / "plan" / "plan.json", results, results / "README.md")
     text = (results / "README.md").read_text()
     files = "[md](tables/p/s.md) · [csv](tables/p/s.csv) · [tex](tables/p/s.tex)" if built else "not built yet"
-    assert f"| p | s: Complexity | {files} | static: transcribed, nothing to reproduce | 0 | 0 | 0 | 0 | — | — | — |" \
+    assert f"| p | s: Complexity | {files} | static: transcribed, nothing to reproduce | 0 | 0 | 0 | — | 0 | — | — | — |" \
         in text
     assert "**p s**" not in text  # nothing pending
 

@@ -28,7 +28,7 @@ METHODS = ["Uniform Triplet", "Hard Mining Triplet", "Semi Hard Triplet", "Dista
 #: a completion of topk_base with other registered components (what a dataset setup adds)
 COMPLETION = {"dataset": "cub", "model": {"backbone": "resnet50", "embed_dim": 64},
               "sampler": {"name": "m_per_class", "batch_size": 66, "samples_per_class": 11},
-              "epochs": 100, "eval": {"metrics": ["P@1"]}}
+              "epochs": 100, "eval": {"metrics": ["P@1", "R@1"]}}  # R@1: the base selects the best epoch by it
 
 
 @pytest.fixture(scope="module")

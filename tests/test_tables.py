@@ -320,3 +320,57 @@ def test_row_header_is_for_static_tables_only(tmp_path):
     spec = {k: v for k, v in spec.items() if k != "_file"} | {"row_header": "Method", "paper": "mine", "table": "static"}
     with pytest.raises(PlanError, match="row_header"):
         _static_plan(tmp_path, spec)
+
+
+# ------------------------------------------------ which epoch: last and best on the test set, seeds
+
+
+def _epochs_table(tmp_path, select):
+    """One R@1 column, rows A (seeds 0 and 1) and B (one seed); every run has a test curve: A's last
+    0.80 / 0.78 and best 0.82 / 0.84, B's last = best 0.70."""
+    spec = {"paper": "toy", "table": "t4", "caption": "Toy.", "source": "nowhere",
+            "columns": [{"key": "r1", "group": "G", "header": "R@1", "setup": "s", "metric": "R@1"}],
+            "rows": [{"method": "A", "loss": {"name": "x"}, "paper": [81.0]},
+                     {"method": "B", "loss": {"name": "x"}, "paper": [70.0]}]}
+    runs = {"A0": (0.80, 0.82), "A1": (0.78, 0.84), "B0": (0.70, 0.70)}
+    for rid, (last, best) in runs.items():
+        (tmp_path / "runs" / rid).mkdir(parents=True)
+        (tmp_path / "runs" / rid / "metrics.json").write_text(json.dumps({
+            "metrics": {"R@1": last}, "epoch": 10, "select": select,
+            "best_test": {"select_by": "R@1", "source": "curve", "epoch": 4, "epochs": {"R@1": 4},
+                          "metrics": {"R@1": best}}}))
+    cells = [{"row": 0, "column": 0, "metric": "R@1", "run_ids": ["A0", "A1"], "pending": None},
+             {"row": 1, "column": 0, "metric": "R@1", "run_ids": ["B0"], "pending": None}]
+    table = {"paper": "toy", "table": "t4", "spec": spec, "cells": cells}
+    rows = render(table, tmp_path / "runs", tmp_path / "out" / "t4")
+    return table, rows, *((tmp_path / "out" / f"t4.{ext}").read_text() for ext in ("md", "tex", "csv"))
+
+
+def test_a_best_on_test_table_shows_the_last_epoch_beside_it_and_mean_std_over_seeds(tmp_path):
+    from rankrepro.tables.index import table_html
+    from rankrepro.tables.kinds.base import TableKind
+
+    table, rows, md, tex, csv_text = _epochs_table(tmp_path, "best_test")
+    # A: best 82, 84 -> 83.0 ± 1.41 (sample std, n - 1); last 80, 78 -> 79.0 ± 1.41; B: 70.0 both
+    a = rows[0]
+    assert (a["ours"], a["std"], a["seeds"], a["diff"]) == (83.0, 1.41, 2, 2.0)
+    assert (a["select"], a["select_by"], a["last"], a["last_std"], a["best"], a["best_std"]) == (
+        "best_test", "R@1", 79.0, 1.41, 83.0, 1.41)
+    assert "| Method | G R@1 paper | G R@1 ours | G R@1 Δ | G R@1 last |" in md
+    assert "| A | 81.0 | 83.0 ± 1.4 | +2.0 | 79.0 ± 1.4 |" in md and "| B | 70.0 | 70.0 | +0.0 | 70.0 |" in md
+    assert "Ours: best epoch on the test set, the paper's protocol (the epoch of highest test R@1" in md
+    assert "± = sample standard deviation (n − 1) over 2 seeds" in md
+    assert r"A & 81.0 & 83.0 $\pm$ 1.4 & +2.0 & 79.0 $\pm$ 1.4 \\" in tex and r"\begin{tabular}{lrrrr}" in tex
+    assert r"best epoch on the test set" in tex and r"$\pm$ = sample standard deviation" in tex
+    assert csv_text.splitlines()[0].startswith("method,column,metric,unit,decimals,paper,ours,std,seeds,diff,status,"
+                                               "select,select_by,last,last_std,best,best_std,")
+    page = table_html(table, TableKind().read_rows(tmp_path / "out" / "t4.csv"))
+    assert "<th>last</th>" in page and "<td>79.0 ± 1.4</td>" in page and "best epoch on the test set" in page
+
+
+def test_a_last_epoch_table_shows_the_best_epoch_where_a_curve_found_better(tmp_path):
+    _, rows, md, tex, _ = _epochs_table(tmp_path, "last")
+    assert (rows[0]["ours"], rows[0]["std"], rows[0]["diff"]) == (79.0, 1.41, -2.0)
+    assert "| Method | G R@1 paper | G R@1 ours | G R@1 Δ | G R@1 best |" in md
+    assert "| A | 81.0 | 79.0 ± 1.4 | -2.0 | 83.0 ± 1.4 |" in md
+    assert "Ours: last epoch; best: the best epoch on the test set (highest test R@1)" in md

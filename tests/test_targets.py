@@ -33,6 +33,12 @@ def plan():
     return Plan.from_json(plan_from_config(CONFIG))
 
 
+@pytest.fixture(scope="module")
+def plan_without_curves():
+    """The plan with no test curve (eval.every null): its train jobs evaluate only when runtime says so."""
+    return Plan.from_json(plan_from_config({**CONFIG, "run_overrides": {"eval": {"every": None}}}))
+
+
 def plan_files(plan) -> PlanFiles:
     """Where write_plan would put ``plan``'s files (their names only)."""
     return PlanFiles(Path(PLAN_FILE), {key: Path(f"results/plan/tables/{key}.0123.json") for key in plan.tables},
@@ -74,7 +80,8 @@ def test_unknown_datasets_and_sources_are_named(plan):
         t.download_args(W(source="nowhere"))
 
 
-def test_a_runs_image_caches_are_those_its_transforms_read(plan):
+def test_a_runs_image_caches_are_those_its_transforms_read(plan_without_curves):
+    plan = plan_without_curves
     t = targets(plan)
     cached, uncached = run_with(plan, 256), run_with(plan, None)
     assert t.run_manifest(W(run_id=cached)) == f"results/manifests/{plan.runs[cached]['dataset']}/meta.json"
@@ -92,7 +99,8 @@ def test_a_runs_image_caches_are_those_its_transforms_read(plan):
             method(W(run_id="sop-x-0123456789"))
 
 
-def test_the_train_command_of_a_run_and_of_a_fused_run(plan):
+def test_the_train_command_of_a_run_and_of_a_fused_run(plan_without_curves):
+    plan = plan_without_curves
     rid = run_with(plan, 256)
     dataset, folder = plan.runs[rid]["dataset"], f"results/runs/{rid}"
     cache = f"results/cache/{dataset}/s256"
@@ -113,6 +121,18 @@ def test_the_train_command_of_a_run_and_of_a_fused_run(plan):
     # what a batch stages is what a fused train job outputs
     assert sorted(Path(p).name for p in fused.train_files().values()) == sorted(STAGED_FILES)
     assert not fused.batched and fused.run_batch_record(W(run_id=rid)) == []
+
+
+def test_a_run_with_a_test_curve_trains_with_the_evaluations_batch_size_and_cache(plan):
+    rid = run_with(plan, 256)
+    assert plan.runs[rid]["eval"]["every"] == 20  # SupRank: test_eval_freq
+    dataset, folder = plan.runs[rid]["dataset"], f"results/runs/{rid}"
+    cache = f"results/cache/{dataset}/s256"
+    t = targets(plan)
+    assert t.evaluates_in_train_job(rid) and not t.runtime["evaluate_in_train_job"]
+    command = t.train_command(W(run_id=rid), 6)
+    assert command[-4:] == ["--batch-size", "256", "--eval-image-cache", cache] and "--evaluate-out" not in command
+    assert t.train_caches(W(run_id=rid)) == [f"{cache}/cache.json"] * 2  # training's and the test curve's
 
 
 def test_batches_and_the_train_job_that_adopts_a_batched_run(plan):

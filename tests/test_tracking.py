@@ -63,6 +63,27 @@ def test_sqlite_import_is_idempotent_and_replaces_changed_runs(tmp_path):
     assert json.loads((tmp_path / "imported.json").read_text())["runs"] == third
 
 
+def test_the_test_curve_and_the_best_epoch_are_imported(tmp_path):
+    """curve.csv: test/<metric> per epoch (step = epoch); metrics.json's best_test: best_test/<metric>
+    and best_test/epoch; the curve is an artifact and part of the content hash."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run = _run_dir(tmp_path / "runs", "sop-smooth_ap-c0ffee0123")
+    (run / "curve.csv").write_text("epoch,seconds,R@1,mAP@R\n1,2.0,0.7,0.4\n2,2.0,0.8,0.5\n")
+    (run / "metrics.json").write_text(json.dumps({
+        "replica": True, "metrics": {"R@1": 0.8, "mAP@R": 0.5}, "epoch": 2, "select": "best_test",
+        "best_test": {"select_by": "R@1", "source": "curve", "epoch": 2, "epochs": {"R@1": 2, "mAP@R": 2},
+                      "metrics": {"R@1": 0.8, "mAP@R": 0.5}}}))
+    first = import_runs([run], [], uri, "exp", tmp_path / "imported.json")[run.name]
+    client, _ = _check_store(uri, "exp", run.name)
+    curve = client.get_metric_history(first, "test/R_at_1")
+    assert sorted((m.step, m.value) for m in curve) == [(1, 0.7), (2, 0.8)]
+    data = client.get_run(first).data
+    assert data.metrics["best_test/mAP_at_R"] == 0.5 and data.metrics["best_test/epoch"] == 2.0
+    assert "curve.csv" in {a.path for a in client.list_artifacts(first)}
+    (run / "curve.csv").write_text("epoch,seconds,R@1,mAP@R\n1,2.0,0.75,0.4\n2,2.0,0.8,0.5\n")
+    assert import_runs([run], [], uri, "exp", tmp_path / "imported.json")[run.name] != first  # a changed curve
+
+
 def test_relative_sqlite_uri_is_resolved(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert resolve_tracking_uri("sqlite:///results/x.db") == f"sqlite:///{tmp_path}/results/x.db"

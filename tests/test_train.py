@@ -155,6 +155,87 @@ def test_evaluate_any_compute_metric_on_every_level(tmp_path, manifest_dir):
         assert m[k] == pytest.approx(ref[k], abs=1e-9), k
 
 
+# ------------------------------------------------------------------ the test curve (eval.every)
+
+
+def _history_without_timing(folder):
+    """history.csv less its wall-clock columns (seconds, images/s differ between two runs)."""
+    import csv
+
+    with open(folder / "history.csv", newline="") as f:
+        return [{k: v for k, v in row.items() if k not in ("seconds", "images_per_s")} for row in csv.DictReader(f)]
+
+
+@pytest.mark.slow
+def test_evaluating_during_training_leaves_the_training_unchanged(tmp_path, manifest_dir):
+    """every = 1 scores the model after each epoch; the weights and the history equal those of the same
+    run without a curve (the RNG streams and the modules' train/eval flags are restored)."""
+    from rankrepro.engine.selection import read_curve
+
+    without = train(tiny_run(epochs=3, eval={"every": None}), manifest_dir, tmp_path / "a", run_id="r", progress=False)
+    run = tiny_run(epochs=3, eval={"every": 1})
+    with_curve = train(run, manifest_dir, tmp_path / "b", run_id="r", progress=False)
+    a, b = _weights(without), _weights(with_curve)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert _history_without_timing(tmp_path / "a") == _history_without_timing(tmp_path / "b")
+    assert not (tmp_path / "a" / "curve.csv").exists()
+    curve = read_curve(tmp_path / "b" / "curve.csv")
+    assert [r["epoch"] for r in curve] == [1, 2, 3]
+    assert set(run["eval"]["metrics"]) <= set(curve[0]) and curve[0]["seconds"] > 0
+    # the evaluate step scores the final model as the curve did, and records the best epoch from it
+    result = evaluate(run, manifest_dir, with_curve, tmp_path / "b" / "metrics.json", run_id="r", progress=False)
+    assert result["metrics"] == pytest.approx({k: v for k, v in curve[-1].items() if k not in ("epoch", "seconds")})
+    best = result["best_test"]
+    assert result["epoch"] == 3 and result["select"] == "last" and best["source"] == "curve"
+    first = run["eval"]["metrics"][0]
+    assert best["select_by"] == first and best["metrics"][first] == max(r[first] for r in curve)
+    assert best["metrics"] == {k: v for k, v in curve[best["epoch"] - 1].items() if k not in ("epoch", "seconds")} \
+        or best["epoch"] == 3
+
+
+@pytest.mark.slow
+def test_a_resumed_run_continues_its_curve(tmp_path, manifest_dir):
+    from rankrepro.engine.selection import read_curve
+
+    run = tiny_run(epochs=3, eval={"every": 1})
+    train(run, manifest_dir, tmp_path / "a", run_id="r", progress=False)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "curve.csv").write_text("epoch,seconds,R@1\n7,1.0,0.9\n")  # left by an earlier attempt
+    with pytest.raises(Interrupt):
+        train(run, manifest_dir, tmp_path / "b", run_id="r", progress=False, on_epoch_end=_stop_after_first_epoch)
+    assert [r["epoch"] for r in read_curve(tmp_path / "b" / "curve.csv")] == [1]  # the stale file was removed
+    assert [r["epoch"] for r in torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)["curve"]] == [1]
+    (tmp_path / "b" / "curve.csv").unlink()  # the checkpoint holds the curve: the file is written again
+    train(run, manifest_dir, tmp_path / "b", run_id="r", progress=False)
+    straight, resumed = read_curve(tmp_path / "a" / "curve.csv"), read_curve(tmp_path / "b" / "curve.csv")
+    assert [r["epoch"] for r in resumed] == [1, 2, 3]
+    drop = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert drop(resumed) == drop(straight)
+
+
+def test_scoring_a_model_restores_its_modes_and_every_rng(tmp_path, manifest_dir):
+    import random
+
+    import numpy as np
+
+    from rankrepro.engine.curve import TestCurve
+    from rankrepro.engine.device import resolve_device
+    from rankrepro.models import build_model
+
+    run = tiny_run(epochs=2, eval={"every": 1})
+    model = build_model(run["model"])
+    model.train()
+    model.backbone.eval()  # modes differ between modules: each is restored as it was
+    modes = [m.training for m in model.modules()]
+    curve = TestCurve(run, manifest_dir, tmp_path, resolve_device("cpu"))
+    states = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
+    curve.after_epoch(model, 1)
+    assert [m.training for m in model.modules()] == modes
+    assert random.getstate() == states[0] and (np.random.get_state()[1] == states[1]).all()
+    assert torch.equal(torch.get_rng_state(), states[2])
+    assert [r["epoch"] for r in curve.rows] == [1] and (tmp_path / "curve.csv").is_file()
+
+
 def _write_run(folder, run):
     folder.mkdir(parents=True)
     (folder / "run.json").write_text(json.dumps(run))

@@ -94,7 +94,8 @@ def _train(args, run_json: str | Path, out_dir: Path, evaluate_out: str | Path |
 
     run, rid, task = _task(run_json)
     model = task.train(run, args.manifest, out_dir, device=args.device, num_workers=args.num_workers, run_id=rid,
-                       progress=not args.no_progress, image_cache=args.image_cache, runtime=runtime_from_args(args))
+                       progress=not args.no_progress, image_cache=args.image_cache, runtime=runtime_from_args(args),
+                       eval_image_cache=args.eval_image_cache, eval_batch_size=args.batch_size)
     if evaluate_out:  # the evaluation transform's cache, or the originals
         _evaluate(args, run_json, model, evaluate_out, args.eval_image_cache, curve, out_dir / "history.csv")
 
@@ -316,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--evaluate-out", help="then evaluate the trained model into this metrics.json in the "
                            "same process (runtime.evaluate_in_train_job)")
-            p.add_argument("--eval-image-cache", help="the image cache of that evaluation (default: the originals)")
+            p.add_argument("--eval-image-cache", help="the image cache of that evaluation and of the run's test curve "
+                           "(eval.every; default: the originals)")
             add_runtime_flags(p)
 
     p = sub.add_parser("train-batch", help="train and evaluate several runs of one dataset in one process "

@@ -1,10 +1,13 @@
 """MLflow import of finished runs (a single writer, so parallel jobs never race).
 
 Training and evaluation jobs write plain files (``run.json``, ``history.csv``,
-``metrics.json``); one local Snakemake rule calls :func:`import_runs`, which
-mirrors them into MLflow: params (the flattened run), per-epoch metrics (step =
-epoch), final metrics, and the files as artifacts; each rendered table becomes a
-run of its own with its files as artifacts. Importing is idempotent: a run whose
+``metrics.json``, with ``eval.every`` the test curve ``curve.csv``); one local Snakemake
+rule calls :func:`import_runs`, which mirrors them into MLflow: params (the flattened
+run), per-epoch training metrics ``train/<name>`` (step = epoch), the test curve
+``test/<metric>`` (step = epoch), the final metrics (``<metric>``, step 0) and the best
+epoch's on the test set (``best_test/<metric>``, step 0; ``best_test/epoch`` where one epoch
+gives them all: :mod:`rankrepro.engine.selection`), and the files as artifacts; each
+rendered table becomes a run of its own with its files as artifacts. Importing is idempotent: a run whose
 files did not change is kept, a changed one is replaced. The content hash that
 marks a run up to date is written last, with the FINISHED status, so a run left
 by an interrupted import is replaced too.
@@ -23,6 +26,7 @@ import re
 import time
 from pathlib import Path
 
+from rankrepro.engine.selection import CURVE_FILE, read_curve
 from rankrepro.io import atomic_write_json
 
 RUN_TAG = "rankrepro.run_id"
@@ -114,6 +118,9 @@ def _import_run(client, exp_id: str, run_dir: Path) -> str:
     files = [run_dir / "run.json", run_dir / "history.csv", run_dir / "metrics.json"]
     run_cfg = json.loads(files[0].read_text())
     result = json.loads(files[2].read_text())
+    curve = read_curve(run_dir / CURVE_FILE)
+    if curve:
+        files.append(run_dir / CURVE_FILE)
     tags = {"dataset": run_cfg["dataset"], "loss": run_cfg["loss"]["name"], "replica": str(result.get("replica", False))}
 
     def fill(rid: str) -> None:
@@ -125,7 +132,15 @@ def _import_run(client, exp_id: str, run_dir: Path) -> str:
                 step = int(row["epoch"])
                 for name in ("loss", *(k for k in row if k.startswith("lr_")), "seconds", "images_per_s"):
                     metrics.append(Metric(f"train/{name}", float(row[name]), now, step))
+        for row in curve:
+            metrics += [Metric(f"test/{metric_key(k)}", float(v), now, row["epoch"]) for k, v in row.items()
+                        if k != "epoch"]
         metrics += [Metric(metric_key(k), float(v), now, 0) for k, v in result["metrics"].items()]
+        best = result.get("best_test")
+        if best:
+            metrics += [Metric(f"best_test/{metric_key(k)}", float(v), now, 0) for k, v in best["metrics"].items()]
+            if best["epoch"] is not None:
+                metrics.append(Metric("best_test/epoch", float(best["epoch"]), now, 0))
         for i in range(0, len(params), 100):
             client.log_batch(rid, params=params[i:i + 100])
         for i in range(0, len(metrics), 1000):

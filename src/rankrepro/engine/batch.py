@@ -27,12 +27,15 @@ import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from rankrepro.engine.selection import CURVE_FILE
 from rankrepro.io import atomic_path, atomic_write_json
 
-__all__ = ["STAGED_FILES", "AdoptError", "BatchRunsFailed", "adopt", "is_staged", "train_batch"]
+__all__ = ["OPTIONAL_STAGED_FILES", "STAGED_FILES", "AdoptError", "BatchRunsFailed", "adopt", "is_staged", "train_batch"]
 
 #: what a trained and evaluated run's folder holds (``train --evaluate-out --curve``), the curve written last
 STAGED_FILES = ("model.pt", "history.csv", "metrics.json", "curve.png")
+#: what it also holds when the run has one: its test curve (eval.every, rankrepro.engine.curve)
+OPTIONAL_STAGED_FILES = (CURVE_FILE,)
 
 
 class BatchRunsFailed(RuntimeError):
@@ -111,7 +114,7 @@ def adopt(record: str | Path, run_id: str, out_dir: str | Path) -> list[Path]:
                          f"snakemake --forcerun {record}")
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
-    for name in STAGED_FILES:
+    for name in [n for n in OPTIONAL_STAGED_FILES if (folder / n).is_file()] + list(STAGED_FILES):
         _link_or_copy(folder / name, out_dir / name)
         files.append(out_dir / name)
     shutil.rmtree(folder)

@@ -1,4 +1,4 @@
-"""Full-state checkpoints: model, optimizer, scheduler, scaler, loss, RNG states, history.
+"""Full-state checkpoints: model, optimizer, scheduler, scaler, loss, RNG states, history, test curve.
 
 A checkpoint holds tensors and plain Python data only (the numpy RNG state as a tuple of plain
 values, not an array), so it is read with :func:`rankrepro.torchfile.load_plain`: a crafted
@@ -21,7 +21,9 @@ import torch
 from rankrepro.io import atomic_path
 from rankrepro.torchfile import TorchFileError, UnreadableTorchFileError, load_plain
 
-#: the keys :func:`save_checkpoint`'s callers store (train.py), ``rng`` added by it
+#: the keys :func:`save_checkpoint`'s callers store (train.py), ``rng`` added by it; train.py also stores
+#: ``curve`` (the test curve, :mod:`rankrepro.engine.curve`), not required: a checkpoint written before
+#: curves existed resumes with an empty one
 CHECKPOINT_KEYS = frozenset({"run_id", "epoch", "model", "criterion", "optimizer", "scheduler", "scaler",
                              "history", "rng"})
 RESTART = "remove it to restart the run from scratch"

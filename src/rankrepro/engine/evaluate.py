@@ -16,6 +16,7 @@ from rankrepro.data.images import ImageDataset
 from rankrepro.data.manifest import Manifest, read_manifest
 from rankrepro.data.transforms import test_transform
 from rankrepro.engine.device import autocast, resolve_device
+from rankrepro.engine.selection import CURVE_FILE, read_curve, selection_record
 from rankrepro.io import atomic_write_json
 from rankrepro.metrics import compute, protocols
 from rankrepro.models import build_model
@@ -86,6 +87,25 @@ def embed_parts(model, parts: dict[str, Manifest], one_pass: bool, run: dict, de
     return {split: emb[where[split]] for split in parts}, len(distinct.table)
 
 
+def score(model, manifest: Manifest, run: dict, device: torch.device, *, batch_size: int = 256,
+          num_workers: int = 0, progress: bool = True, image_cache: str | Path | None = None) -> dict:
+    """``model``'s ``{"protocol", "splits", "n_images", "metrics", "seconds": {"embed", "metrics"}}`` on the
+    evaluation splits of ``manifest`` under the protocol it names (what :func:`evaluate` records; the
+    test curve of :mod:`rankrepro.engine.curve` scores a model in training with it). Leaves ``model``
+    in eval mode."""
+    protocol = protocols.of_manifest(manifest)
+    parts, inputs = protocol.manifest_inputs(manifest)
+    t0 = time.perf_counter()
+    embeddings, n_images = embed_parts(model, parts, protocol.one_embedding_pass, run, device, image_cache,
+                                       batch_size=batch_size, num_workers=num_workers, progress=progress)
+    t_embed = time.perf_counter() - t0
+    args, kwargs = inputs(embeddings)
+    names = list(run["eval"].get("metrics") or ()) or None  # None: the protocol's DEFAULT_METRICS
+    metrics = compute(*args, metrics=names, protocol=protocol.name, device=device, **kwargs)
+    return {"protocol": protocol.name, "splits": list(parts), "n_images": n_images, "metrics": metrics,
+            "seconds": {"embed": round(t_embed, 3), "metrics": round(time.perf_counter() - t0 - t_embed, 3)}}
+
+
 def evaluate(run: dict, manifest_dir: str | Path, model_path: str | Path, out_path: str | Path, *,
              device: str = "auto", num_workers: int = 0, batch_size: int = 256, run_id: str = "",
              progress: bool = True, image_cache: str | Path | None = None) -> dict:
@@ -106,28 +126,28 @@ def evaluate(run: dict, manifest_dir: str | Path, model_path: str | Path, out_pa
     ``"level0/<m>"`` ... ``"overall/<m>"`` (DyML Product), with the protocol's counts
     (``n_queries``, ``.../n_queries`` ...). ``splits`` lists the splits embedded; ``n_images``
     counts the images embedded (each distinct image once where splits share images). ``image_cache``:
-    the resized image cache the embedded datasets read (None: the originals)."""
+    the resized image cache the embedded datasets read (None: the originals).
+
+    ``metrics`` are the final model's; ``epoch``, ``select`` and ``best_test`` (the best epoch on the
+    test set, from the test curve ``curve.csv`` beside ``model_path`` when the run has one) are
+    :func:`rankrepro.engine.selection.selection_record`'s."""
     dev = resolve_device(device)
     manifest = read_manifest(manifest_dir)
-    protocol = protocols.of_manifest(manifest)
-    parts, inputs = protocol.manifest_inputs(manifest)
+    protocols.of_manifest(manifest)  # an unknown protocol fails before the model loads
     model = load_model(model_path, dev)
-    t0 = time.perf_counter()
-    embeddings, n_images = embed_parts(model, parts, protocol.one_embedding_pass, run, dev, image_cache,
-                                       batch_size=batch_size, num_workers=num_workers, progress=progress)
-    t_embed = time.perf_counter() - t0
-    args, kwargs = inputs(embeddings)
-    names = list(run["eval"].get("metrics") or ()) or None  # None: the protocol's DEFAULT_METRICS
-    metrics = compute(*args, metrics=names, protocol=protocol.name, device=dev, **kwargs)
+    scored = score(model, manifest, run, dev, batch_size=batch_size, num_workers=num_workers, progress=progress,
+                   image_cache=image_cache)
+    curve = read_curve(Path(model_path).parent / CURVE_FILE)
     result = {
         "run_id": run_id,
         "dataset": run["dataset"],
-        "protocol": protocol.name,
-        "splits": list(parts),
+        "protocol": scored["protocol"],
+        "splits": scored["splits"],
         "replica": bool(manifest.meta.get("replica", False)),
-        "n_images": n_images,
-        "metrics": metrics,
-        "seconds": {"embed": round(t_embed, 3), "metrics": round(time.perf_counter() - t0 - t_embed, 3)},
+        "n_images": scored["n_images"],
+        "metrics": scored["metrics"],
+        "seconds": scored["seconds"],
+        **selection_record(run, scored["metrics"], curve),
     }
     atomic_write_json(out_path, result)
     return result

@@ -5,9 +5,10 @@ functions given as fixed keywords of the registration::
 
     TASKS.register("retrieval", train=train, evaluate=evaluate)(Task)
 
-- ``train(run, manifest_dir, out_dir, *, device, num_workers, run_id, progress, image_cache, runtime) -> model path``
-  (``runtime``: a :class:`~rankrepro.engine.runtime.TrainRuntime`, the speed settings)
-  writes the trained model (and its history) into the run's folder;
+- ``train(run, manifest_dir, out_dir, *, device, num_workers, run_id, progress, image_cache, runtime,
+  eval_image_cache, eval_batch_size) -> model path`` (``runtime``: a
+  :class:`~rankrepro.engine.runtime.TrainRuntime`, the speed settings) writes the trained model (and its
+  history, and with ``eval.every`` its test curve, scored with the two ``eval_`` settings) into the run's folder;
 - ``evaluate(run, manifest_dir, model_path, out_path, *, device, num_workers, batch_size, run_id,
   progress, image_cache) -> dict`` writes the run's result record (``metrics.json``) and returns it.
 

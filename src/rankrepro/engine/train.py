@@ -34,6 +34,7 @@ from rankrepro.data.manifest import read_manifest
 from rankrepro.data.samplers import build_sampler
 from rankrepro.data.transforms import test_transform, train_transform
 from rankrepro.engine.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
+from rankrepro.engine.curve import TestCurve
 from rankrepro.engine.device import autocast, grad_scaler, resolve_device
 from rankrepro.engine.loader import TrainLoader
 from rankrepro.engine.optim import build_optimizer, build_scheduler
@@ -76,7 +77,8 @@ def _history_csv(history: list[dict]) -> str:
 
 def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: str = "auto", num_workers: int = 0,
           run_id: str = "", progress: bool = True, image_cache: str | Path | None = None,
-          on_epoch_end: Callable[[int], None] | None = None, runtime: TrainRuntime | None = None) -> Path:
+          on_epoch_end: Callable[[int], None] | None = None, runtime: TrainRuntime | None = None,
+          eval_image_cache: str | Path | None = None, eval_batch_size: int = 256) -> Path:
     """Train ``run`` (a complete record, ``run.json``) and write ``model.pt`` and ``history.csv`` into ``out_dir``.
 
     Every value comes from ``run``: a component that lacks one of its parameters (a run planned
@@ -85,6 +87,8 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
     resumes from it. ``image_cache``: the resized image cache its datasets read (None: the originals;
     :class:`~rankrepro.data.images.ImageDataset`). ``runtime``: the speed settings
     (:class:`~rankrepro.engine.runtime.TrainRuntime`; None: its defaults), none of which changes a CPU run's results.
+    With ``eval.every``, the test curve ``curve.csv`` (:mod:`rankrepro.engine.curve`), scored with
+    ``eval_batch_size`` from ``eval_image_cache`` (the test transform's cache; None: the originals).
     """
     check_run(run)
     out_dir = Path(out_dir)
@@ -126,6 +130,8 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
         init_projection_pca(model, ImageDataset(manifest, test_transform(run["images"]), contiguous=True,
                                                 cache=image_cache), device=dev, amp=amp, max_images=model.pca_images, seed=run["seed"], num_workers=num_workers)
 
+    curve = TestCurve(run, manifest_dir, out_dir, dev, rows=None if state is None else state.get("curve", []),
+                      batch_size=eval_batch_size, num_workers=num_workers, image_cache=eval_image_cache)
     loader = TrainLoader(dataset, sampler, num_workers=num_workers, device=dev, runtime=runtime,
                          images_cfg=run["images"])
     for epoch in range(start, run["epochs"]):
@@ -171,9 +177,11 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
             scheduler.step()
         print(f"epoch {epoch + 1}: loss {history[-1]['loss']:.5f}, {history[-1]['images_per_s']} images/s",
               file=sys.stderr)
+        curve.after_epoch(model, epoch + 1)
         save_checkpoint(ckpt_path, run_id=run_id, epoch=epoch, model=model.state_dict(),
                         criterion=criterion.state_dict(), optimizer=optimizer.state_dict(),
-                        scheduler=scheduler.state_dict(), scaler=scaler.state_dict(), history=history)
+                        scheduler=scheduler.state_dict(), scaler=scaler.state_dict(), history=history,
+                        curve=curve.rows)
         if on_epoch_end is not None:
             on_epoch_end(epoch)
 

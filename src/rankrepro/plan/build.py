@@ -31,10 +31,11 @@ __all__ = ["HGLDV2_DATASET", "HGLDV2_SOURCE", "PlanFiles", "make_plan", "plan_da
 
 def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datasets_config: dict | None = None,
               *, specs_dir: str | Path | None = None, setups_dir: str | Path | None = None,
-              synthetic: dict | None = None, **planner_kw) -> dict:
+              synthetic: dict | None = None, seeds: dict[str, list[int]] | None = None, **planner_kw) -> dict:
     """The plan (as JSON data: :meth:`Plan.to_json`) of the config's ``tables`` ({paper: [table, ...]}),
     ``run_overrides`` and ``datasets``, and its ``synthetic`` results (those that need no dataset,
-    :mod:`rankrepro.synthetic`). Each table is planned by its kind (:meth:`TableKind.plan`)."""
+    :mod:`rankrepro.synthetic`). Each table is planned by its kind (:meth:`TableKind.plan`), with the
+    config's ``seeds`` ({"<paper>/<table>": [seed, ...]}) in place of its spec's."""
     if setups_dir is not None and "setups" not in planner_kw:
         planner_kw["setups"] = load_setups(setups_dir, planner_kw.get("schemas"))
     planner = Planner(overrides, **planner_kw)
@@ -47,10 +48,19 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
     runs: dict = {}
     tables_out: dict[str, TablePlan] = {}
     read_datasets: set[str] = set()
+    seeds = seeds or {}
+    listed = [f"{paper}/{table}" for paper, names in tables.items() for table in names]
+    for key in seeds:
+        if key not in listed:
+            raise PlanError(f"config seeds.{key}: no table {key} in the config's tables ({', '.join(listed)})")
     for paper, names in tables.items():
         for table in names:
             spec = load_spec(paper, table, planner.schemas, specs_dir)
             kind = spec_kind(spec)
+            if f"{paper}/{table}" in seeds:
+                if not kind.has_runs:
+                    raise PlanError(f"config seeds.{paper}/{table}: a {kind.name} table has no runs to seed")
+                spec["seeds"] = list(seeds[f"{paper}/{table}"])
             planned = kind.plan(spec, planner)
             runs.update(planned.runs)
             read_datasets.update(planned.datasets or ())
@@ -146,7 +156,7 @@ def plan_from_config(config: dict) -> dict:
     validate_config(config)
     plan = make_plan(config.get("tables") or {}, config.get("run_overrides") or {}, config.get("datasets") or {},
                      specs_dir=config.get("specs_dir"), setups_dir=config.get("setups_dir"),
-                     synthetic=config.get("synthetic"))
+                     synthetic=config.get("synthetic"), seeds=config.get("seeds"))
     plan["hgldv2"] = plan_hgldv2(config.get("hgldv2"), plan["datasets"])
     return plan
 

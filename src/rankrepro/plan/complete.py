@@ -24,8 +24,7 @@ from rankrepro.plan.schema import PlanError, Schemas, dotted, fill_schema_defaul
 from rankrepro.registry import ParameterError, check_parameters
 
 __all__ = ["ID_NEUTRAL_DEFAULTS", "SCHEMA_DEFAULT", "canonical_json", "check_batch_split", "check_index_blocks",
-           "complete_run", "leaf_paths",
-           "provenance", "run_id"]
+           "check_select_by", "complete_run", "leaf_paths", "provenance", "run_id"]
 
 #: the origin of a value the run schema's default filled
 SCHEMA_DEFAULT = "run schema default (src/rankrepro/plan/schemas/run.schema.yaml)"
@@ -36,17 +35,32 @@ def canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
-#: keys added to the run record after run ids were fixed, with their defaults: :func:`run_id` leaves such a
-#: key out of the hash while it equals its default, so every run planned before the key existed keeps its id
-#: (results/runs/<id>/ stays where it is); any other value is hashed like every key
-ID_NEUTRAL_DEFAULTS = {"task": "retrieval"}
+#: keys added to the run record after run ids were fixed (dotted paths), with their defaults: :func:`run_id`
+#: leaves such a key out of the hash while it equals its default, so every run planned before the key existed
+#: keeps its id (results/runs/<id>/ stays where it is); any other value is hashed like every key
+ID_NEUTRAL_DEFAULTS = {"task": "retrieval", "eval.every": None, "eval.select": "last", "eval.select_by": None}
+
+
+def _without_neutral_defaults(run: dict) -> dict:
+    """``run`` less the keys of :data:`ID_NEUTRAL_DEFAULTS` at their default (the blocks on their path copied)."""
+    out = dict(run)
+    for dotted_key, default in ID_NEUTRAL_DEFAULTS.items():
+        *parents, key = dotted_key.split(".")
+        holder = out
+        for parent in parents:
+            if not isinstance(holder.get(parent), dict):
+                break
+            holder[parent] = holder = dict(holder[parent])
+        else:
+            if key in holder and holder[key] == default:
+                del holder[key]
+    return out
 
 
 def run_id(run: dict) -> str:
     """``<dataset>-<loss>-<first 10 hex of the SHA-1 of the run's canonical JSON>`` (keys of
     :data:`ID_NEUTRAL_DEFAULTS` at their default left out)."""
-    hashed = {k: v for k, v in run.items() if k not in ID_NEUTRAL_DEFAULTS or v != ID_NEUTRAL_DEFAULTS[k]}
-    digest = hashlib.sha1(canonical_json(hashed).encode()).hexdigest()[:10]
+    digest = hashlib.sha1(canonical_json(_without_neutral_defaults(run)).encode()).hexdigest()[:10]
     return f"{run['dataset']}-{run['loss']['name']}-{digest}"
 
 
@@ -132,6 +146,7 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
             parse_metric(name)
         except ValueError as err:
             raise PlanError(f"{_where(origins, ('eval', 'metrics'), context)}[{i}]: {err}") from None
+    check_select_by(run, origins, context)
     return run
 
 
@@ -143,6 +158,26 @@ def check_index_blocks(run: dict, origins: dict, context: str = "") -> None:
     if blocks is not None and per_class is not None and blocks != per_class:
         raise PlanError(f"{_where(origins, ('loss', 'index_blocks'), context)}: index_blocks {blocks} must equal the "
                         f"sampler's samples_per_class {per_class} ({origin_of(origins, ('sampler', 'samples_per_class'))})")
+
+
+def check_select_by(run: dict, origins: dict, context: str = "") -> None:
+    """:class:`PlanError` naming where the run's ``eval`` block was set when its model selection
+    (:mod:`rankrepro.engine.selection`) cannot work: ``select_by`` not one of ``metrics``; the metric that
+    picks the best epoch (``select_by``, or the first of ``metrics``) one where lower is better
+    (``dists@...``) while a test curve is kept (``every``); ``select: best_test`` without a curve."""
+    block = run["eval"]
+    select_by, metrics = block.get("select_by"), block["metrics"]
+    if select_by is not None and select_by not in metrics:
+        raise PlanError(f"{_where(origins, ('eval', 'select_by'), context)}: {select_by!r} is not one of "
+                        f"eval.metrics ({', '.join(metrics)}; {origin_of(origins, ('eval', 'metrics'))})")
+    chosen = select_by or metrics[0]
+    if block.get("every") is not None and chosen.startswith("dists@"):
+        path = ("eval", "select_by") if select_by else ("eval", "metrics")
+        raise PlanError(f"{_where(origins, path, context)}: the best epoch maximises {chosen!r}, a metric where "
+                        "lower is better; set eval.select_by to another of eval.metrics")
+    if block.get("select") == "best_test" and block.get("every") is None:
+        raise PlanError(f"{_where(origins, ('eval', 'select'), context)}: best_test needs a test curve; set "
+                        f"eval.every ({origin_of(origins, ('eval', 'every'))} leaves it null)")
 
 
 def check_batch_split(run: dict, origins: dict, context: str = "") -> None:

@@ -3,12 +3,13 @@
 A run's estimate is training plus evaluation on one GPU of a kind (``--gpu``, default ``h100``)::
 
     train h = images per epoch x epochs / train images/s(backbone, train_crop) x amp factor / 3600
-    eval h  = evaluation images x 1 evaluation / inference images/s(backbone, test_crop) / 3600
+    eval h  = evaluation images x evaluations / inference images/s(backbone, test_crop) / 3600
 
 - images per epoch: the training split's images (``min(images, max_batches_per_epoch x batch size)`` when
   epochs are cut short); warm-up epochs count as full ones (the frozen backbone makes them cheaper: an upper bound);
-- evaluation images: the images of every split but the training split (one evaluation per run, its
-  ``evaluate`` job);
+- evaluation images: the images of every split but the training split; evaluations: one (the run's
+  ``evaluate`` job) plus, with ``eval.every``, one per epoch of its test curve
+  (:func:`rankrepro.engine.selection.curve_epochs`);
 - image counts, in order: the prepared manifest (``<results>/manifests/<dataset>/meta.json``), the dataset's
   declared ``expected_counts``, :data:`PUBLISHED_IMAGES`, then those of the dataset it derives from or shares its
   source with (merge3 relabels SOP's images, H-GLDv2 GLDv2's); a run whose training count is unknown (DyML) is
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rankrepro.engine.selection import curve_epochs
 from rankrepro.io import load_yaml
 from rankrepro.plan.model import Plan
 
@@ -114,7 +116,8 @@ def run_cost(run: dict, profile: dict, counts: dict[str, int]) -> dict:
     out = {"dataset": run["dataset"], "backbone": model["backbone"], "train_crop": images["train_crop"],
            "test_crop": images["test_crop"], "amp": run["amp"], "epochs": run["epochs"],
            "batch_size": run["sampler"]["batch_size"], "train_images": counts.get(split),
-           "eval_images": sum(n for s, n in counts.items() if s != split), "gpu_h": None, "note": ""}
+           "eval_images": sum(n for s, n in counts.items() if s != split),
+           "evaluations": 1 + len(curve_epochs(run["epochs"], run["eval"].get("every"))), "gpu_h": None, "note": ""}
     if out["train_images"] is None:
         out["note"] = f"no image count for {run['dataset']}'s {split} split"
         return out
@@ -124,7 +127,7 @@ def run_cost(run: dict, profile: dict, counts: dict[str, int]) -> dict:
     out["train_ips"] = images_per_s(profile, "train", model["backbone"], images["train_crop"], run["amp"])
     out["infer_ips"] = images_per_s(profile, "inference", model["backbone"], images["test_crop"], run["amp"])
     out["train_h"] = per_epoch * run["epochs"] / out["train_ips"] / 3600
-    out["eval_h"] = out["eval_images"] / out["infer_ips"] / 3600
+    out["eval_h"] = out["eval_images"] * out["evaluations"] / out["infer_ips"] / 3600
     out["gpu_h"] = out["train_h"] + out["eval_h"]
     return out
 

@@ -12,7 +12,9 @@ Paths are relative to the workflow's folder:
 - ``<data_root>/replicas/<source>/replica.json``, ``<data_root>/downloads/<source>/download.json``;
 - ``results/manifests/<dataset>/``, ``results/cache/<dataset>/s<S>/cache.json``;
 - ``results/runs/<id>/``: run.json, model.pt, history.csv (:meth:`WorkflowTargets.train_files`),
-  metrics.json, curve.png (:meth:`WorkflowTargets.evaluate_files`);
+  metrics.json, curve.png (:meth:`WorkflowTargets.evaluate_files`); with ``eval.every`` the train job also
+  writes the test curve curve.csv there, not a declared output (a run without one has none; the evaluate
+  step reads it beside model.pt, :mod:`rankrepro.engine.selection`);
 - ``results/batches/<batch>/batch.json`` and ``results/batches/staged/<id>/``: training batches
   (``runtime.runs_per_job`` > 1; :mod:`rankrepro.plan.batches`, :mod:`rankrepro.engine.batch`);
 - ``results/plan/``, ``results/tables/<paper>/<table>.*``, ``results/synthetic/``, ``results/hgldv2/``.
@@ -212,12 +214,17 @@ class WorkflowTargets:
         """The manifest the train job reads (none with runtime.runs_per_job > 1: its batch job read it)."""
         return [] if self.batched else [self.run_manifest(wildcards)]
 
+    def evaluates_in_train_job(self, run_id: str) -> bool:
+        """Whether the run's train job evaluates: with runtime.evaluate_in_train_job, or for its test curve
+        (the run's eval.every)."""
+        return self.runtime["evaluate_in_train_job"] or self.run(run_id)["eval"].get("every") is not None
+
     def train_caches(self, wildcards) -> list[str]:
-        """The cache.json files the train job reads: its training's, and its evaluation's with
-        runtime.evaluate_in_train_job (none with runtime.runs_per_job > 1: its batch job read them)."""
+        """The cache.json files the train job reads: its training's, and its evaluation's when it evaluates
+        (:meth:`evaluates_in_train_job`; none with runtime.runs_per_job > 1: its batch job read them)."""
         if self.batched:
             return []
-        evaluation = self.run_eval_cache(wildcards) if self.runtime["evaluate_in_train_job"] else []
+        evaluation = self.run_eval_cache(wildcards) if self.evaluates_in_train_job(wildcards.run_id) else []
         return self.run_train_cache(wildcards) + evaluation
 
     def run_eval_cache_args(self, wildcards) -> list[str]:
@@ -238,8 +245,9 @@ class WorkflowTargets:
 
     def train_command(self, wildcards, threads) -> list[str]:
         """The train job's ``python -m rankrepro`` arguments (each quoted by the rule): ``train`` the run,
-        evaluating it too with runtime.evaluate_in_train_job; with runtime.runs_per_job > 1, ``adopt`` the
-        files its training batch staged (:mod:`rankrepro.engine.batch`)."""
+        evaluating it too with runtime.evaluate_in_train_job (and scoring its test curve, eval.every, with the
+        evaluation's batch size and image cache); with runtime.runs_per_job > 1, ``adopt`` the files its
+        training batch staged (:mod:`rankrepro.engine.batch`)."""
         rid = wildcards.run_id
         if self.batched:
             return ["adopt", "--batch", self.batch_record(self.batch_of(rid)), "--run-id", rid, "--out", run_dir(rid)]
@@ -249,8 +257,9 @@ class WorkflowTargets:
                    *self.runtime_flags]
         if self.runtime["evaluate_in_train_job"]:
             files = self.evaluate_files(rid)
-            command += ["--evaluate-out", files["metrics"], "--curve", files["curve"],
-                        "--batch-size", str(self.runtime["eval_batch_size"]),
+            command += ["--evaluate-out", files["metrics"], "--curve", files["curve"]]
+        if self.evaluates_in_train_job(rid):
+            command += ["--batch-size", str(self.runtime["eval_batch_size"]),
                         *self._cache_args(rid, "evaluate", "--eval-image-cache")]
         return command
 

@@ -10,7 +10,9 @@ once. **Hours** are the wall time recorded by a table's runs (:func:`run_hours`)
 ``seconds``; its ``device`` when recorded, else the training's), summed per device kind:
 **GPU-hours** (CUDA) and **CPU-hours**. A run shared by several tables counts in each of them;
 the total counts it once. **est. GPU h** beside them is the estimate before running
-(:mod:`rankrepro.plan.cost`, ``python -m rankrepro cost``) on :data:`ESTIMATE_GPU`.
+(:mod:`rankrepro.plan.cost`, ``python -m rankrepro cost``) on :data:`ESTIMATE_GPU`. **best − last**
+is the mean gap, in points, between the best epoch on the test set and the last epoch over a table's
+cells with a test curve (the total: over every such cell), the optimism of the papers' model selection.
 
 Links are relative to ``results/`` (the index's folder).
 """
@@ -24,6 +26,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from rankrepro.engine.selection import CURVE_FILE, read_curve
 from rankrepro.io import atomic_write_text
 from rankrepro.plan.cost import ProfileError, plan_cost
 from rankrepro.plan.model import Plan, TablePlan, as_table_plan
@@ -36,7 +39,7 @@ ESTIMATE_GPU = "h100"
 
 LAYOUT = """\
 - `manifests/<dataset>/` — manifest.csv + meta.json per prepared dataset
-- `runs/<run_id>/` — run.json, history.csv, model.pt, metrics.json (checkpoint.pt while training), curve.png
+- `runs/<run_id>/` — run.json, history.csv, model.pt, metrics.json (checkpoint.pt while training), curve.png; curve.csv (the test curve, runs with `eval.every`)
 - `tables/<paper>/<table>.{md,csv,tex,html}` — paper tables, paper number beside ours; `tables/<paper>/scatter.png`
 - `synthetic/<name>.{md,json,png}` — results that need no image dataset
 - `hgldv2/` — the H-GLDv2 labels rebuilt, and their comparison with the release
@@ -52,7 +55,8 @@ LAYOUT = """\
 
 def run_hours(run_dir: str | Path) -> dict:
     """``{"device": "cuda: <name>" | "cpu" | None, "train_s", "eval_s", "finished"}`` of one run, from
-    its history.csv (seconds and device per epoch) and metrics.json (seconds, device when recorded)."""
+    its history.csv (seconds and device per epoch), its test curve (curve.csv: the seconds of each
+    evaluation during training, on the training's device) and metrics.json (seconds, device when recorded)."""
     run_dir = Path(run_dir)
     out = {"device": None, "train_s": 0.0, "eval_s": 0.0, "cuda_s": 0.0, "cpu_s": 0.0, "unknown_s": 0.0,
            "finished": False}
@@ -70,6 +74,9 @@ def run_hours(run_dir: str | Path) -> dict:
                 out["device"] = device or out["device"]
                 out["train_s"] += seconds
                 add(seconds, device)
+    for row in read_curve(run_dir / CURVE_FILE):
+        out["eval_s"] += row["seconds"]
+        add(row["seconds"], out["device"])
     metrics = run_dir / "metrics.json"
     if metrics.is_file():
         record = json.loads(metrics.read_text())
@@ -136,6 +143,7 @@ def build_index(plan: Plan | dict, results_dir: str | Path) -> dict:
             "gpu_h": sum(h["cuda_s"] for h in hours.values()) / 3600,
             "cpu_h": sum(h["cpu_s"] for h in hours.values()) / 3600,
             "unknown_h": sum(h["unknown_s"] for h in hours.values()) / 3600,
+            "gap": _mean_gap(tables), "gap_cells": sum(t.get("gap_cells", 0) for t in tables),
         },
         "synthetic": [{"name": n, "md": (results_dir / "synthetic" / f"{n}.md").is_file(),
                        "png": (results_dir / "synthetic" / f"{n}.png").is_file()} for n in synthetic],
@@ -144,6 +152,16 @@ def build_index(plan: Plan | dict, results_dir: str | Path) -> dict:
         "curves": sorted(r for r in hours if (results_dir / "runs" / r / "curve.png").is_file()),
         "sweeps": figures,
     }
+
+
+def _mean_gap(tables: list[dict]) -> float | None:
+    """The mean best − last over every cell of ``tables`` (index entries) that has both."""
+    cells = sum(t.get("gap_cells", 0) for t in tables)
+    return sum(t["gap"] * t["gap_cells"] for t in tables if t.get("gap_cells")) / cells if cells else None
+
+
+def _gap(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.1f}"
 
 
 def _hours(value: float) -> str:
@@ -183,18 +201,25 @@ def to_markdown(index: dict) -> str:
         f"{t['within']} within {WITHIN:g} point of the paper, {t['pending']} pending.** "
         f"{t['finished']} of {t['runs']} runs finished: {_hours(t['gpu_h'])} GPU-hours, "
         f"{_hours(t['cpu_h'])} CPU-hours" + (f", {_hours(t['unknown_h'])} hours on an unrecorded device"
-                                              if t["unknown_h"] else "") + " (each run counted once).", "",
+                                              if t["unknown_h"] else "") + " (each run counted once)."
+        + (f" Best epoch on the test set − last epoch: {_gap(t['gap'])} points on average over "
+           f"{t['gap_cells']} cells." if t.get("gap_cells") else ""), "",
         "## Tables", "",
         ("Cells: the table's cells less the rows the paper cites from other work; reproduced: cells with a "
         f"number of ours; within 1 pt: |ours − paper| ≤ {WITHIN:g} where both exist (percent points, 0.01 in a "
         "column printed as a fraction; counts "
         "for dataset statistics tables); data: where ours comes "
         f"from (replica: generated replicas, meaningless as results; {STATIC_DATA}: a table of text "
-        "the paper prints, e.g. its hyper-parameters, shown as transcribed). Hours: training + evaluation wall time "
+        "the paper prints, e.g. its hyper-parameters, shown as transcribed). best − last: the mean over the "
+        "table's cells (percent columns) of ours at the best epoch on the test set minus ours at the last "
+        "epoch, in points: what choosing the epoch on the test set adds, the protocol of Smooth-AP, PNP, RaMBO "
+        "and top-k (each table's page says which of the two its ours shows; — without a test curve). "
+        "Hours: training + evaluation wall time "
         "of the table's runs recorded on a CUDA device (GPU) or on CPU; a run shared by several tables "
         "(runs column, \"shared\") counts in each of them. " + _estimate_note(index.get("estimate", {}))), "",
-        "| paper | table | files | data | cells | reproduced | within 1 pt | pending | runs | GPU h | CPU h | est. GPU h |",
-        "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| paper | table | files | data | cells | reproduced | within 1 pt | best − last | pending | runs | GPU h | CPU h "
+        "| est. GPU h |",
+        "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for e in index["tables"]:
         key = f"{e['paper']}/{e['table']}"
@@ -205,7 +230,8 @@ def to_markdown(index: dict) -> str:
             f"{e['finished']}/{e['runs']}" + (f" ({e['shared']} shared)" if e["shared"] else ""))
         hours = ("—", "—") if not e["has_runs"] else (_hours(e["gpu_h"]), _hours(e["cpu_h"]))
         lines.append(f"| {md_cell(e['paper'])} | {md_cell(e['table'] + ': ' + e['title'])} | {files} | {e['data']} | "
-                     f"{e['cells']} | {e['reproduced']} | {e['within']} | {e['pending']} | {runs} | {hours[0]} | "
+                     f"{e['cells']} | {e['reproduced']} | {e['within']} | {_gap(e.get('gap'))} | {e['pending']} | "
+                     f"{runs} | {hours[0]} | "
                      f"{hours[1]} | {_estimated(e.get('est_gpu_h'))} |")
     pending = [e for e in index["tables"] if e["reasons"]]
     if pending:

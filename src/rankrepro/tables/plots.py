@@ -2,7 +2,9 @@
 
 - :func:`training_curve`: one run's ``history.csv`` — the loss per epoch, the learning rates, and any
   other numeric column a training records (seconds, images/s and the device are not plotted) —
-  with the run's final metrics (``metrics.json``) in the title: ``results/runs/<id>/curve.png``.
+  with the run's final metrics (``metrics.json``) in the title, and its test curve (``curve.csv``
+  beside it, runs with ``eval.every``: the metric that picks the best epoch, the best marked):
+  ``results/runs/<id>/curve.png``.
 - :func:`paper_scatter`: a paper's tables (their CSVs, :mod:`rankrepro.tables.render`), one point
   per reproduced cell, x = the paper's number, y = ours, one marker per table, the line y = x and
   the ±1 point band: ``results/tables/<paper>/scatter.png`` (static tables, the paper's text with
@@ -16,6 +18,7 @@ import json
 import math
 from pathlib import Path
 
+from rankrepro.engine.selection import CURVE_FILE, read_curve
 from rankrepro.io import atomic_path
 
 #: history.csv columns that are not curves (bookkeeping) or get their own panel
@@ -66,7 +69,9 @@ def training_curve(history_csv: str | Path, out: str | Path, metrics_json: str |
     x = [e if e is not None else i + 1 for i, e in enumerate(epochs)]
     others = [c for c in history if c not in NOT_PLOTTED and not c.startswith("lr_")
               and any(v is not None for v in history[c])]
-    panels = 2 + bool(others)
+    record = json.loads(Path(metrics_json).read_text()) if metrics_json and Path(metrics_json).is_file() else None
+    test = read_curve(Path(history_csv).parent / CURVE_FILE)
+    panels = 2 + bool(others) + bool(test)
     fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.4), squeeze=False)
     axes = axes[0]
     style = {"marker": "o", "markersize": 4}
@@ -96,6 +101,9 @@ def training_curve(history_csv: str | Path, out: str | Path, metrics_json: str |
         ax.set(xlabel="epoch", title="recorded metrics")
         ax.legend(fontsize=8)
 
+    if test:
+        _test_curve(axes[-1], test, (record or {}).get("best_test") or {}, style)
+
     if not epochs:
         for ax in axes:
             ax.text(0.5, 0.5, "no epoch recorded", ha="center", va="center", transform=ax.transAxes)
@@ -106,8 +114,7 @@ def training_curve(history_csv: str | Path, out: str | Path, metrics_json: str |
     devices = sorted({d for d in history.get("device") or [] if d})
     seconds = sum(v for v in history.get("seconds") or [] if v)
     detail = f"{len(x)} epoch(s), {seconds / 60:.1f} min" + (f" on {', '.join(devices)}" if devices else "")
-    if metrics_json and Path(metrics_json).is_file():
-        record = json.loads(Path(metrics_json).read_text())
+    if record is not None:
         shown = [(k, v) for k, v in (record.get("metrics") or {}).items()
                  if isinstance(v, (int, float)) and not k.endswith("n_queries") and not k.startswith("n_")][:6]
         if shown:
@@ -120,6 +127,21 @@ def training_curve(history_csv: str | Path, out: str | Path, metrics_json: str |
         return _save(fig, out)
     finally:
         plt.close(fig)
+
+
+def _test_curve(ax, curve: list[dict], best: dict, style: dict) -> None:
+    """The test curve's metric that picks the best epoch (each test set's where a protocol has several), in
+    percent per evaluated epoch, its best epoch starred (``best``: metrics.json's ``best_test``)."""
+    select_by = best.get("select_by") or next(k for k in curve[0] if k not in ("epoch", "seconds"))
+    keys = [k for k in curve[0] if k == select_by or k.endswith("/" + select_by)]
+    for key in keys:
+        ax.plot([r["epoch"] for r in curve], [100 * r[key] for r in curve], **style, label=key)
+        epoch = (best.get("epochs") or {}).get(key)
+        value = (best.get("metrics") or {}).get(key)
+        if epoch is not None and value is not None:
+            ax.plot([epoch], [100 * value], "*", color="black", markersize=12)
+    ax.set(xlabel="epoch", ylabel=f"{select_by} (percent)", title="test curve (best epoch: *)")
+    ax.legend(fontsize=8)
 
 
 def _csv_rows(path: str | Path) -> list[dict]:

@@ -21,12 +21,17 @@ The index entry and HTML page here are those of a table of numbers (its CSV's ``
   number of ours whose run has not finished);
 - **data**: ``replica`` when any number of ours comes from a generated replica, ``real`` when
   ours come from the real data, ``—`` when nothing is ours yet;
+- **best − last**: over the reproduced cells of percent columns with both numbers (a test curve:
+  :mod:`rankrepro.engine.selection`), the mean of the best epoch's on the test set minus the last
+  epoch's, in points (``gap``, over ``gap_cells``; None without such a cell): how much choosing the
+  epoch on the test set, as Smooth-AP, PNP, RaMBO and top-k report, adds;
 - **hours**: the wall time of the table's runs (:func:`rankrepro.tables.index.run_hours`), summed
   per device kind; a run shared by several tables counts in each of them.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
@@ -146,6 +151,7 @@ class TableKind:
         reasons: Counter = Counter()
         counted = reproduced = within = cited = 0
         replica = None
+        gaps = []
         for i, row in enumerate(rows):
             if row.get("status") == "cited":
                 cited += 1
@@ -157,6 +163,9 @@ class TableKind:
                 replica = (replica or False) or row.get("replica") == "True"
                 if row["paper"] is not None and abs(row["ours"] - row["paper"]) <= tolerance(row) + 1e-9:
                     within += 1
+                best, last = parse_number(row.get("best")), parse_number(row.get("last"))
+                if row.get("unit", "percent") == "percent" and best is not None and last is not None:
+                    gaps.append(best - last)
             else:
                 stale = row["ours"] is not None  # rendered before a run of it was (re)planned
                 reasons[pending_of.get(position) or ("missing" if stale else row.get("status")) or "missing"] += 1
@@ -166,26 +175,39 @@ class TableKind:
             "title": table.title, "cells": counted, "cited": cited, "reproduced": reproduced, "within": within,
             "pending": sum(reasons.values()), "reasons": dict(reasons.most_common()),
             "data": self.data_label(replica),
+            "gap": statistics.fmean(gaps) if gaps else None, "gap_cells": len(gaps),
             "runs": len(table.runs), "finished": sum(h["finished"] for h in used),
             "shared": len(set(table.runs) & shared),
             "gpu_h": sum(h["cuda_s"] for h in used) / 3600, "cpu_h": sum(h["cpu_s"] for h in used) / 3600,
             "unknown_h": sum(h["unknown_s"] for h in used) / 3600,
         }
 
+    def other_number(self, rows: list[dict]) -> tuple[str, list[str]] | None:
+        """A fourth sub-column beside paper, ours and Δ on the HTML page, from the CSV rows: its name and
+        each row's text; None (here): none."""
+        return None
+
+    def page_note(self, rows: list[dict]) -> str:
+        """A sentence the HTML page adds to its source line, from the CSV rows ("" here)."""
+        return ""
+
     def html(self, table, rows: list[dict]) -> str:
         """A standalone HTML page of a rendered table (its CSV rows): one row per method or dataset,
-        paper / ours / Δ per column, Δ green within one point and red beyond, pending cells with their
-        reason, best / second best (bold / underlined) where the CSV marks them."""
+        paper / ours / Δ per column (and the kind's :meth:`other_number`), Δ green within one point and
+        red beyond, pending cells with their reason, best / second best (bold / underlined) where the CSV
+        marks them."""
         spec = table.spec
         ncol = len(spec["columns"])
         replica = any(r.get("replica") == "True" for r in rows)
         esc = html_text
-        head = "".join(f'<th colspan="3">{esc(r["column"])}</th>' for r in rows[:ncol])
-        sub = "".join("<th>paper</th><th>ours</th><th>Δ</th>" for _ in range(ncol))
+        other = self.other_number(rows)
+        parts = ["paper", "ours", "Δ"] + ([other[0]] if other else [])
+        head = "".join(f'<th colspan="{len(parts)}">{esc(r["column"])}</th>' for r in rows[:ncol])
+        sub = "".join("".join(f"<th>{esc(p)}</th>" for p in parts) for _ in range(ncol))
         body, notes = [], {}
         for i in range(0, len(rows), ncol):
             cells = [f"<td class=name>{esc(rows[i].get(self.row_name_key, ''))}</td>"]
-            for r in rows[i:i + ncol]:
+            for j, r in enumerate(rows[i:i + ncol], start=i):
                 diff = parse_number(r.get("diff"))
                 cls = "" if diff is None else (" class=near" if abs(diff) <= tolerance(r) + 1e-9 else " class=far")
                 d = int(r["decimals"]) if r.get("decimals") else 1
@@ -199,6 +221,8 @@ class TableKind:
                 ours = html_mark(ours, r.get("ours_mark"))
                 delta = "" if diff is None else f"{diff:+.{d}f}"
                 cells += [f"<td>{paper}</td>", f"<td>{ours}</td>", f"<td{cls}>{delta}</td>"]
+                if other:
+                    cells.append(f"<td>{esc(other[1][j])}</td>")
             body.append("<tr>" + "".join(cells) + "</tr>")
         parts = [
             "<!DOCTYPE html><html><head><meta charset=utf-8>",
@@ -208,7 +232,8 @@ class TableKind:
              ".near{background:#d9f2d9}.far{background:#f9dcdc}.replica{background:#fff3cd;padding:4px}"
              "</style></head><body>"),
             f"<h3>{esc(spec['paper'])} {esc(spec['table'])}: {esc(spec.get('caption', ''))}</h3>",
-            f"<p>Source: {esc(str(spec.get('source', '')))}. Δ = ours − paper; green: within {WITHIN:g} point.</p>",
+            f"<p>Source: {esc(str(spec.get('source', '')))}. Δ = ours − paper; green: within {WITHIN:g} point. "
+            f"{esc(self.page_note(rows))}</p>",
         ]
         if replica:
             parts.append("<p class=replica><b>Replica data.</b> Ours comes from generated replicas of the datasets; "

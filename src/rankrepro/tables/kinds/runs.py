@@ -9,29 +9,44 @@ dataset or loss is only planned is pending (:mod:`rankrepro.plan.planned`).
 
 Rendered: ours is the mean over the cell's runs (seeds) of the metric in percent (a column
 with ``unit: fraction`` keeps the metric as a fraction, printed with three decimals, as PNP
-prints its cosine distances: 0.318), with ``± std`` when there are several; the difference is
-ours − paper. A spec's ``best`` block marks, per column and per set of compared rows, the best
+prints its cosine distances: 0.318), with ``± std`` when there are several: the *sample*
+standard deviation over the seeds (ddof = 1, :func:`seed_stats`); the difference is ours − paper.
+A spec's ``best`` block marks, per column and per set of compared rows, the best
 value in bold and the second best underlined, separately for the paper's numbers and for ours
 (:func:`best_marks`; the rules: ``src/rankrepro/plan/schemas/table.schema.yaml``).
+
+**Which epoch.** Each run's metrics.json holds its last epoch's metrics and its best epoch's on the
+test set (:mod:`rankrepro.engine.selection`); ours shows the one its runs' ``eval.select`` chooses
+(each seed its own best epoch, then the mean), and the page says which (:func:`selection_note`). The
+other number stands in a fourth sub-column beside paper, ours and Δ: ``last`` in a table whose ours
+is the best epoch on the test set (the paper's protocol, optimistic: the honest number must stay in
+view), ``best`` in a table whose ours is the last epoch, shown only where some cell's best differs
+from its last (a test curve found a better epoch). A separate column rather than a parenthesis in the
+ours cell: ``81.2 ± 0.3 (last 80.1 ± 0.4)`` does not read at a glance, and a column compares down the
+rows. The CSV holds both (``last``, ``last_std``, ``best``, ``best_std``; ``best`` empty for a cell whose
+runs have no test curve) with ``select`` and ``select_by``; Δ, the marks and the index's "within 1 pt" are
+those of ours; the index's best − last is the mean of ``best − last``.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rankrepro.engine.selection import SELECT, shown_metrics
 from rankrepro.plan.complete import run_id
 from rankrepro.plan.schema import PlanError, validate
 from rankrepro.plan.setups import check_per_loss
 from rankrepro.tables.formats import (BEST, REPLICA_TEX, SECOND, group_spans, latex_table, markdown_page, md_mark, numbers_csv, paper_number,
-                                      tex_escape, tex_mark, write_outputs)
+                                      parse_number, tex_escape, tex_mark, write_outputs)
 from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import REPLICA_NOTE, KindPlan, TableError, TableKind, check_paper_counts
 
-__all__ = ["UNITS", "RunsTable", "best_marks", "cell_values", "column_unit", "mark_groups", "rank_marks",
-           "table_rows"]
+__all__ = ["UNITS", "RunsTable", "best_marks", "cell_values", "column_unit", "mark_groups", "other_column",
+           "rank_marks", "seed_stats", "selection_note", "table_rows"]
 
 
 @dataclass
@@ -57,13 +72,22 @@ def column_unit(spec: dict, column: int) -> tuple[float, int]:
     return factor, spec.get("decimals", decimals) if unit == "percent" else decimals
 
 
+def seed_stats(values: Sequence[float]) -> tuple[float, float | None, int]:
+    """``(mean, std, n)`` of a cell's values over its seeds: std is the sample standard deviation
+    (ddof = 1, the estimate of the spread between restarts), None for a single seed."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None, len(values)
+
+
 def cell_values(cells: list[dict], runs_dir: str | Path, spec: dict) -> tuple[dict, bool]:
-    """{(row, column): (mean, std or None, n)} in the column's unit (:func:`column_unit`), and
-    whether any run used replica data."""
+    """{(row, column): {"last", "best": (mean, std or None, n), "select": "last" | "best_test",
+    "select_by"}} in the column's unit (:func:`column_unit`): the last epoch's and the best epoch's on
+    the test set (:mod:`rankrepro.engine.selection`) over the cell's runs (``best`` (None, None, 0) unless
+    every run of the cell has a test curve: without one there is no best epoch to show), and which of them
+    ours shows (its runs' ``eval.select``); and whether any run used replica data."""
     values, replica = {}, False
     for cell in cells:
         factor = column_unit(spec, cell["column"])[0]
-        found = []
+        last, best, selects, select_by, curves = [], [], set(), set(), set()
         for rid in cell["run_ids"]:
             path = Path(runs_dir) / rid / "metrics.json"
             result = json.loads(path.read_text())
@@ -71,10 +95,18 @@ def cell_values(cells: list[dict], runs_dir: str | Path, spec: dict) -> tuple[di
             if cell["metric"] not in result["metrics"]:
                 raise KeyError(f"{path} has no metric {cell['metric']!r} (it has {sorted(result['metrics'])}); "
                                "add it to the setup's eval.metrics")
-            found.append(factor * result["metrics"][cell["metric"]])
-        if found:
-            std = statistics.stdev(found) if len(found) > 1 else None
-            values[(cell["row"], cell["column"])] = (statistics.fmean(found), std, len(found))
+            last.append(factor * shown_metrics(result, "last")[cell["metric"]])
+            best.append(factor * shown_metrics(result, "best_test")[cell["metric"]])
+            selects.add(result.get("select", "last"))
+            select_by.add((result.get("best_test") or {}).get("select_by"))
+            curves.add((result.get("best_test") or {}).get("source") == "curve")
+        if len(selects) > 1:
+            raise TableError(f"{spec['paper']}/{spec['table']}: the runs of one cell ({', '.join(cell['run_ids'])}) "
+                             f"select different epochs: {sorted(selects)}")
+        if last:
+            values[(cell["row"], cell["column"])] = {
+                "last": seed_stats(last), "best": seed_stats(best) if curves == {True} else (None, None, 0),
+                "select": selects.pop(), "select_by": select_by.pop()}
     return values, replica
 
 
@@ -152,17 +184,26 @@ def table_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
     for r, row in enumerate(spec["rows"]):
         for c, column in enumerate(spec["columns"]):
             paper = row["paper"][c]
-            mean, std, n = values.get((r, c), (None, None, 0))
+            value = values.get((r, c))
+            select = value["select"] if value else ""
+            last, best = (value["last"], value["best"]) if value else ((None, None, 0),) * 2
+            mean, std, n = best if select == "best_test" and best[0] is not None else last
             decimals = column_unit(spec, c)[1]
             digits = decimals + 1
+
+            def rounded(x):
+                return None if x is None else round(x, digits)
+
             cell = by_pos[(r, c)]
             status = "cited" if row.get("cited") else ("ours" if mean is not None else (cell["pending"] or "missing"))
             out.append({
                 "method": row["method"], "column": f"{column['group']} {column['header']}", "metric": column["metric"],
                 "unit": column.get("unit", "percent"), "decimals": decimals, "paper": paper,
-                "ours": None if mean is None else round(mean, digits),
-                "std": None if std is None else round(std, digits), "seeds": n,
+                "ours": rounded(mean), "std": rounded(std), "seeds": n,
                 "diff": None if mean is None or paper is None else round(mean - paper, digits), "status": status,
+                "select": select, "select_by": value["select_by"] or "" if value else "",
+                "last": rounded(last[0]), "last_std": rounded(last[1]), "best": rounded(best[0]),
+                "best_std": rounded(best[1]),
             })
     ncol = len(spec["columns"])
     paper_marks, ours_marks = best_marks(spec, {(i // ncol, i % ncol): e["paper"] for i, e in enumerate(out)},
@@ -173,50 +214,100 @@ def table_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
     return out
 
 
+def _number(mean, std, decimals: int, pm: str = "±", none: str = "—") -> str:
+    if mean is None:
+        return none
+    return f"{mean:.{decimals}f}" + (f" {pm} {std:.{decimals}f}" if std is not None else "")
+
+
 def _ours(entry: dict, pm: str = "±") -> str:
-    if entry["ours"] is None:
-        return "—"
-    d = entry["decimals"]
-    return f"{entry['ours']:.{d}f}" + (f" {pm} {entry['std']:.{d}f}" if entry["std"] is not None else "")
+    return _number(entry["ours"], entry["std"], entry["decimals"], pm)
 
 
 def _diff(entry: dict) -> str:
     return "" if entry["diff"] is None else f"{entry['diff']:+.{entry['decimals']}f}"
 
 
+def other_column(rows: list[dict]) -> str | None:
+    """The name of the sub-column beside ours that shows the other epoch's number (module docstring):
+    ``last`` where ours is the best epoch on the test set, ``best`` where ours is the last epoch and some
+    cell's best differs from its last, ``other epoch`` in a table mixing both; None: no such column."""
+    selects = {e["select"] for e in rows if e["select"]}
+    if selects == {"best_test"}:
+        return "last"
+    if selects == {"last"}:
+        return "best" if any(e["best"] is not None and e["best"] != e["last"] for e in rows) else None
+    return "other epoch" if selects else None
+
+
+def _other(entry: dict, pm: str = "±") -> str:
+    """A cell's number of the epoch ours does not show (:func:`other_column`); "" where it has none."""
+    key = "last" if entry["select"] == "best_test" else "best"
+    return _number(entry[key], entry[f"{key}_std"], entry["decimals"], pm, none="")
+
+
+def selection_note(rows: list[dict]) -> str:
+    """What the page says of its numbers of ours: which epoch they are (:data:`rankrepro.engine.selection.SELECT`),
+    what the other sub-column shows, and the ± over seeds; "" when nothing is ours yet."""
+    selects = sorted({e["select"] for e in rows if e["select"]})
+    by = ", ".join(sorted({e["select_by"] for e in rows if e["select_by"]})) or "its first metric"
+    notes = []
+    if selects == ["best_test"]:
+        notes.append(f"ours: {SELECT['best_test']} (the epoch of highest test {by}, chosen on the test set "
+                     "itself: optimistic); last: the last epoch, without selection.")
+    elif selects == ["last"]:
+        notes.append(f"ours: {SELECT['last']}" + (f"; best: the {SELECT['best_test'].split(',')[0]} (highest "
+                                                  f"test {by}), what that protocol would report."
+                                                  if other_column(rows) else "."))
+    elif selects:
+        notes.append(f"ours: per cell, the epoch its runs' eval.select chooses (CSV column select): "
+                     f"{SELECT['last']} or {SELECT['best_test']} (by {by}); other epoch: the one ours does not show.")
+    seeds = sorted({e["seeds"] for e in rows if e["seeds"] and e["seeds"] > 1})
+    if seeds:
+        notes.append(f"± = sample standard deviation (n − 1) over {'/'.join(map(str, seeds))} seeds, beside their mean.")
+    return " ".join(n[0].upper() + n[1:] for n in notes)
+
+
 def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
     ncol = len(spec["columns"])
-    header = ["Method"] + [f"{c['group']} {c['header']} {part}" for c in spec["columns"]
-                           for part in ("paper", "ours", "Δ")]
+    other = other_column(rows)
+    parts = ("paper", "ours", "Δ") + ((other,) if other else ())
+    header = ["Method"] + [f"{c['group']} {c['header']} {part}" for c in spec["columns"] for part in parts]
     intro = (f"Source: {spec['source']}. Paper numbers beside ours (percent unless a column says fraction); "
-             "Δ = ours − paper; — = no run yet (see notes).")
+             "Δ = ours − paper; — = no run yet (see notes). " + selection_note(rows)).rstrip()
     cells, notes = [], []
     for r, row in enumerate(spec["rows"]):
         entries = rows[r * ncol:(r + 1) * ncol]
         method = row["method"] + (" (cited)" if row.get("cited") else "")
         cells.append([method] + [part for e in entries
                                  for part in (md_mark(paper_number(e["paper"], e["decimals"]), e["paper_mark"]),
-                                              md_mark(_ours(e), e["ours_mark"]), _diff(e))])
+                                              md_mark(_ours(e), e["ours_mark"]), _diff(e))
+                                 + ((_other(e),) if other else ())])
         notes += sorted({e["status"] for e in entries if e["status"] not in ("ours", "cited")})
     return markdown_page(spec, intro, REPLICA_NOTE if replica else None, header, cells, notes)
 
 
 def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
     ncol = len(spec["columns"])
-    groups = group_spans(spec["columns"], 3)  # paper, ours, Δ
+    other = other_column(rows)
+    width = 4 if other else 3  # paper, ours, Δ (and the other epoch's)
+    groups = group_spans(spec["columns"], width)
+    sub = "paper & ours & $\\Delta$" + (f" & {other}" if other else "")
     lines = ["Method & " + " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{tex_escape(g)}}}" for g, n in groups) + r" \\",
-             " & " + " & ".join(rf"\multicolumn{{3}}{{c}}{{{tex_escape(c['header'])}}}" for c in spec["columns"])
+             " & " + " & ".join(rf"\multicolumn{{{width}}}{{c}}{{{tex_escape(c['header'])}}}" for c in spec["columns"])
              + r" \\",
-             " & " + " & ".join(["paper & ours & $\\Delta$"] * ncol) + r" \\", r"\midrule"]
+             " & " + " & ".join([sub] * ncol) + r" \\", r"\midrule"]
     for r, row in enumerate(spec["rows"]):
         entries = rows[r * ncol:(r + 1) * ncol]
         parts = [tex_escape(row["method"])]
         for e in entries:
             ours = "--" if e["ours"] is None else _ours(e, pm="$\\pm$")
             parts += [tex_mark(paper_number(e["paper"], e["decimals"]), e["paper_mark"]),
-                      tex_mark(ours, e["ours_mark"]), _diff(e)]
+                      tex_mark(ours, e["ours_mark"]), _diff(e)] + ([_other(e, "$\\pm$")] if other else [])
         lines.append(" & ".join(parts) + r" \\")
-    return latex_table(tex_escape(spec["caption"]) + (REPLICA_TEX if replica else ""), "l" + "rrr" * ncol, lines)
+    note = selection_note(rows)
+    caption = tex_escape(spec["caption"]) + (REPLICA_TEX if replica else "") + (f" {tex_escape(note)}" if note else "")
+    return latex_table(caption, "l" + "r" * width * ncol, lines)
 
 
 @TABLE_KINDS.register("runs")
@@ -278,3 +369,18 @@ class RunsTable(TableKind):
         write_outputs(out_prefix, to_markdown(spec, rows, replica), numbers_csv(rows, replica),
                       to_latex(spec, rows, replica))
         return rows
+
+    @staticmethod
+    def _epochs(rows: list[dict]) -> list[dict]:
+        """The CSV rows' fields of the two epochs as :func:`table_rows` gives them (numbers, not text)."""
+        return [{"select": r.get("select") or "", "select_by": r.get("select_by") or "",
+                 "decimals": int(r.get("decimals") or 1), "seeds": int(r.get("seeds") or 0),
+                 **{k: parse_number(r.get(k)) for k in ("last", "last_std", "best", "best_std")}} for r in rows]
+
+    def other_number(self, rows: list[dict]) -> tuple[str, list[str]] | None:
+        epochs = self._epochs(rows)
+        other = other_column(epochs)
+        return (other, [_other(e) for e in epochs]) if other else None
+
+    def page_note(self, rows: list[dict]) -> str:
+        return selection_note(self._epochs(rows))

@@ -7,8 +7,9 @@ table's cell shares its id); with a ``reference`` the point also needs the refer
 at the same value. The planner expands it into one row per point (:func:`sweep_rows`). A point's
 value is, in percent:
 
-- without a reference, the mean over seeds of the panel's metric (``100 * metrics[metric]``),
-  with ``± std`` when there are several seeds;
+- without a reference, the mean over seeds of the panel's metric (``100 * metrics[metric]``; of the
+  epoch its runs' ``eval.select`` chooses, the last or the best on the test set, and the page says which:
+  :func:`rankrepro.engine.selection.shown_metrics`), with ``± std`` (sample, ddof = 1) when there are several seeds;
 - with a reference, the relative gain ``100 * (ours - ref) / ref`` of the metric over the
   reference run (SupRank Fig. 6: adding L_DG* to Sup-AP, per batch size), per seed when both
   sides have the same seeds (mean ± std of the per-seed gains), else of the means.
@@ -28,6 +29,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rankrepro.engine.selection import SELECT, shown_metrics
 from rankrepro.io import atomic_path
 from rankrepro.plan.complete import run_id
 from rankrepro.plan.merge import get_path
@@ -81,21 +83,22 @@ def sweep_rows(spec: dict) -> tuple[list[dict], list[dict]]:
     return [{"key": "point", "group": "", "header": "value"}], rows
 
 
-def _metric_values(run_ids: list[str], metric: str, runs_dir: Path) -> tuple[list[float] | None, bool]:
-    """The metric of each run in percent (None when a run has no metrics.json yet) and whether
-    any is a replica run."""
-    values, replica = [], False
+def _metric_values(run_ids: list[str], metric: str, runs_dir: Path) -> tuple[list[float] | None, bool, set[str]]:
+    """The metric of each run in percent, at the epoch its ``eval.select`` chooses (None when a run has no
+    metrics.json yet), whether any is a replica run, and the selections met."""
+    values, replica, selects = [], False, set()
     for rid in run_ids:
         path = runs_dir / rid / "metrics.json"
         if not path.is_file():
-            return None, replica
+            return None, replica, selects
         result = json.loads(path.read_text())
         replica |= bool(result.get("replica"))
         if metric not in result["metrics"]:
             raise KeyError(f"{path} has no metric {metric!r} (it has {sorted(result['metrics'])}); "
                            "add it to the setup's eval.metrics")
-        values.append(100.0 * result["metrics"][metric])
-    return values, replica
+        values.append(100.0 * shown_metrics(result)[metric])
+        selects.add(result.get("select", "last"))
+    return values, replica, selects
 
 
 def relative_gain(ours: list[float], reference: list[float]) -> tuple[float, float | None]:
@@ -124,15 +127,16 @@ def sweep_entries(table_plan, runs_dir: str | Path) -> tuple[list[dict], bool]:
         panel = panels[cell["panel"]]
         reference = panel.get("reference")
         ours = std = absolute = ref_value = None
-        n = 0
+        n, selects = 0, set()
         status = cell["pending"] or "missing"
         if not cell["pending"]:
-            values, rep = _metric_values(cell["run_ids"], cell["metric"], runs_dir)
+            values, rep, selects = _metric_values(cell["run_ids"], cell["metric"], runs_dir)
             replica |= rep
             ref_values = None
             if reference is not None and values is not None:
-                ref_values, rep = _metric_values(cell["reference_run_ids"], cell["metric"], runs_dir)
+                ref_values, rep, ref_selects = _metric_values(cell["reference_run_ids"], cell["metric"], runs_dir)
                 replica |= rep
+                selects |= ref_selects
             if values is not None and (reference is None or ref_values is not None):
                 absolute = statistics.fmean(values)
                 if reference is None:
@@ -153,6 +157,7 @@ def sweep_entries(table_plan, runs_dir: str | Path) -> tuple[list[dict], bool]:
             "ours_metric": None if absolute is None else round(absolute, 2),
             "reference_metric": None if ref_value is None else round(ref_value, 2),
             "run_ids": " ".join(cell["run_ids"]), "reference_run_ids": " ".join(cell["reference_run_ids"]),
+            "select": " ".join(sorted(selects)),
         })
     return out, replica
 
@@ -201,10 +206,19 @@ def _what(panel: dict) -> str:
             f"{panel.get('label', panel['param'])}")
 
 
+def selection_note(entries: list[dict]) -> str:
+    """Which epoch ours is (:data:`rankrepro.engine.selection.SELECT`), "" when nothing is ours yet."""
+    selects = sorted({s for e in entries for s in (e.get("select") or "").split()})
+    if not selects:
+        return ""
+    return "Ours: " + " or ".join(SELECT[s] for s in selects) + (" (per point, CSV column select)."
+                                                                 if len(selects) > 1 else ".")
+
+
 def sweep_markdown(spec: dict, entries: list[dict], replica: bool) -> str:
     source = (f"Source: {spec['source']}. One row per point of the figure: the paper's point (where the text "
               "gives one) beside ours; Δ = ours − paper; — = no run yet or not finished (see notes). The plot: "
-              f"{spec['table']}.png.")
+              f"{spec['table']}.png. " + selection_note(entries)).rstrip()
     lines = [f"# {spec['paper']} {spec['table']}: {spec['caption']}", "", source, ""]
     if replica:
         lines += [f"> **Replica data.** {REPLICA_NOTE}", ""]
@@ -246,7 +260,9 @@ def sweep_latex(spec: dict, entries: list[dict], replica: bool) -> str:
                 f"{tex_escape(panel.get('label', panel['param']))} = {tex_escape(_value_text(e['value']))}",
                 "" if e["paper"] is None else f"{e['paper']:.1f}", ours,
                 "" if e["diff"] is None else f"{e['diff']:+.1f}"]) + r" \\")
-    return latex_table(tex_escape(spec["caption"]) + (REPLICA_TEX if replica else ""), "lrrr", lines)
+    note = selection_note(entries)
+    return latex_table(tex_escape(spec["caption"]) + (REPLICA_TEX if replica else "") + (f" {tex_escape(note)}" if note else ""),
+                       "lrrr", lines)
 
 
 def _pyplot():
@@ -332,6 +348,9 @@ def _wrap(line: str, width: int) -> str:
 @TABLE_KINDS.register("sweep")
 class SweepTable(TableKind):
     """A figure's points, one row per point (see the module docstring)."""
+
+    def page_note(self, rows: list[dict]) -> str:
+        return selection_note(rows)
 
     def check_before_schema(self, spec: dict, where: str) -> None:
         for key in ("columns", "rows", "best"):
