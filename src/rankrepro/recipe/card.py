@@ -18,6 +18,9 @@ recipes, as JSON data:
 - ``provenance``: ``{dotted key of the run record: origin}`` for every value of the run, whole (the
   plan's; :func:`rankrepro.recipe.origins.short_origin` shortens them for reading), and for the
   evaluation defaults the card adds.
+
+The keys of every block are ordered ``name`` first, then alphabetically, so a card reads the same
+whether its run comes from the planner or from a plan file (written with sorted keys).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ EVAL_DEFAULTS = {
 }
 #: the keys every card has
 REQUIRED_KEYS = ("run_id", "dataset", "task", *BLOCKS, "optimizer", "groups", *TRAINING_KEYS, "eval", "select",
-                 "tables", "provenance")
+                 "other", "tables", "provenance")
 
 
 def run_uses(run_id: str, tables: dict[str, TablePlan]) -> list[dict]:
@@ -81,8 +84,7 @@ def _group_order(name: str) -> int:
 
 
 def _ordered(block):
-    """``block`` with the keys of every dict in it ordered ``name`` first, then alphabetically: a card reads
-    the same from the planner and from a plan file (written with sorted keys)."""
+    """``block`` with the keys of every dict in it ordered ``name`` first, then alphabetically."""
     if not isinstance(block, dict):
         return block
     return {key: _ordered(block[key]) for key in sorted(block, key=lambda k: (k != "name", k))}
