@@ -147,6 +147,16 @@ def test_index_markdown_and_html(results):
     assert '<a href="tables/p/t1.md">md</a>' in page and "<table>" in page and "<b>2 papers" in page
 
 
+def test_index_links_the_recipe_cards_when_they_exist(results):
+    out = results / "README.md"
+    index.write_index(results / "plan" / "plan.json", results, out)
+    assert "## Recipes\n\nNot built yet (rule `recipes`;" in out.read_text()
+    (results / "recipes.md").write_text("# Recipes\n")
+    index.write_index(results / "plan" / "plan.json", results, out, html_out=results / "index.html")
+    assert "- [Every run's recipe card](recipes.md), by paper and table" in out.read_text()
+    assert '<a href="recipes.md">Every run\'s recipe card</a>' in (results / "index.html").read_text()
+
+
 def test_index_links_a_sweep_plot_when_it_exists(results):
     out = results / "README.md"
     index.write_index(results / "plan" / "plan.json", results, out)

@@ -204,6 +204,13 @@ def test_tables_sweeps_report_and_index(plan):
     assert f"results/runs/{rid}/run.json" in t.track_inputs()
 
 
+def test_the_recipe_cards_are_in_the_report_and_the_index(plan):
+    t = targets(plan)
+    assert t.recipes_files() == {"md": "results/recipes.md", "html": "results/recipes.html"}
+    assert "results/recipes.html" in t.report_outputs() and "results/recipes.md" not in t.report_outputs()
+    assert {"results/recipes.md", "results/recipes.html"} <= set(t.index_inputs())
+
+
 def test_hgldv2_paths_and_arguments(plan):
     t = targets(plan)
     assert t.hgldv2_outputs() == ["results/hgldv2/compare.json"]

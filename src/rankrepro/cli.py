@@ -219,6 +219,60 @@ def cmd_cost(args) -> None:
     print(json.dumps(cost, indent=1) if args.json else to_text(cost, per_run=args.runs), end="")
 
 
+def _recipe_plan(args):
+    """The plan ``recipe`` reads, and how messages name it: the ``--plan`` file, else the plan of
+    ``--config`` (:func:`~rankrepro.plan.build.plan_from_config`, as ``plan`` and ``cost``)."""
+    from rankrepro.plan.build import plan_from_config
+    from rankrepro.plan.model import Plan
+    from rankrepro.plan.schema import PlanError, load_yaml
+
+    try:
+        if args.plan:
+            return Plan.load(args.plan), args.plan
+        return Plan.from_json(plan_from_config(load_yaml(Path(args.config)))), f"the plan of {args.config}"
+    except PlanError as err:
+        sys.exit(f"recipe: {err}")
+    except (OSError, ValueError, KeyError) as err:  # a plan file missing, not JSON, or not a plan
+        sys.exit(f"recipe: {args.plan}: not a readable plan file ({type(err).__name__}: {err})")
+
+
+def cmd_recipe(args) -> None:
+    """Print (or ``--out``) the recipe card of run ``RUN_ID``, or of every run (``--all``): text, ``--json``
+    or ``--markdown`` (with ``--all``: the report's page); ``--html``: that page as HTML too. Exit status 2:
+    no RUN_ID and no ``--all``, or a run id the plan does not hold (the message names close ones)."""
+    from rankrepro.io import atomic_write_text
+    from rankrepro.recipe import card_markdown, card_text, close_run_ids, recipe_card, recipes_page
+    from rankrepro.tables.index import markdown_html
+
+    if bool(args.all) == bool(args.run_id):
+        print("recipe: give a RUN_ID or --all (not both)", file=sys.stderr)
+        sys.exit(2)
+    plan, where = _recipe_plan(args)
+    if not args.all and args.run_id not in plan.runs:
+        close = close_run_ids(args.run_id, plan.runs)
+        print(f"recipe: run {args.run_id!r} is not in {where} ({len(plan.runs)} runs); "
+              + (f"close ids: {', '.join(close)}" if close else "`--all` lists them"), file=sys.stderr)
+        sys.exit(2)
+    ids = sorted(plan.runs) if args.all else [args.run_id]
+    cards = {rid: recipe_card(rid, plan.runs[rid], plan.provenance.get(rid), plan.tables) for rid in ids}
+
+    def markdown() -> str:
+        return recipes_page(cards, plan.tables) if args.all else card_markdown(cards[args.run_id], plan.tables)
+
+    if args.json:
+        text = json.dumps(cards if args.all else cards[args.run_id], indent=1) + "\n"
+    elif args.markdown:
+        text = markdown()
+    else:
+        text = "\n".join(card_text(card, plan.tables) for card in cards.values())
+    if args.out:
+        atomic_write_text(args.out, text)
+    else:
+        print(text, end="")
+    if args.html:
+        atomic_write_text(args.html, markdown_html(markdown(), title="recipes"))
+
+
 def cmd_synthetic(args) -> None:
     from rankrepro.synthetic import run
 
@@ -404,6 +458,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", action="store_true", help="also one line per run")
     p.add_argument("--json", action="store_true", help="the whole estimate as JSON")
     p.set_defaults(func=cmd_cost)
+
+    p = sub.add_parser("recipe", help="a run's recipe card: its resolved values and where each came from (setup, "
+                       "table row or column, override, default); exit status 2: an unknown run id")
+    p.add_argument("run_id", nargs="?", metavar="RUN_ID", help="a run id of the plan (results/runs/<RUN_ID>)")
+    p.add_argument("--all", action="store_true", help="every run of the plan (--json: an object keyed by run id; "
+                   "--markdown: the report's page, by paper and table)")
+    p.add_argument("--config", default="config.yaml", help="plan this config (as `plan` and `cost` do)")
+    p.add_argument("--plan", help="read this plan file instead: results/plan/plan.<hash>.json")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="the card as JSON (the full origins)")
+    form.add_argument("--markdown", action="store_true", help="the card as Markdown")
+    p.add_argument("--out", help="write to this file instead of printing")
+    p.add_argument("--html", help="also the Markdown as an HTML page (the report's copy)")
+    p.set_defaults(func=cmd_recipe)
 
     p = sub.add_parser("synthetic", help="compute a result that needs no image dataset (toy figure, timing table)")
     p.add_argument("name", help="a registered result (rankrepro.synthetic)")

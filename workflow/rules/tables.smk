@@ -50,7 +50,8 @@ rule track:
 
 # -- Results index and the Snakemake report (snakemake --report results/report.html): each table as
 # an HTML page, a training curve per run (written by the evaluate job), a paper-vs-ours scatter per paper, all under the paper's
-# category; results/README.md indexes them. Paths: TARGETS (rankrepro.plan.targets).
+# category; every run's recipe card (category Recipes); results/README.md indexes them. Paths: TARGETS
+# (rankrepro.plan.targets).
 
 
 report: "../report/workflow.rst"
@@ -101,6 +102,30 @@ rule paper_scatter:
         runtime=10,
     shell:
         "python -m rankrepro plot scatter --paper {wildcards.paper:q} --tables {input:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule recipes:
+    input:
+        plan=PLAN_FILE,
+    output:
+        md=TARGETS.recipes_files()["md"],
+        html=report(
+            TARGETS.recipes_files()["html"],
+            caption="../report/recipes.rst",
+            category="Recipes",
+            labels={"page": "results/recipes.md"},
+        ),
+    log:
+        "results/logs/recipes.log",
+    conda:
+        "../../envs/train.yaml"
+    localrule: True
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "python -m rankrepro recipe --all --markdown --plan {input.plan:q} --out {output.md:q}"
+        " --html {output.html:q} > {log:q} 2>&1"
 
 
 rule results_index:

@@ -54,6 +54,7 @@ def complete_groups(run: dict, origins: dict, catalog: dict, context: str = "") 
         origins[(*base, "loss")] = WHY_LOSS_GROUP.format(model=model_group)
     schedule = run["schedule"]
     floor = schedule.get("eta_min", 0.0) if schedule["name"] in SCHEDULES_WITH_FLOOR else None
+    floor_key = ("schedule", "eta_min") if floor is not None else ("schedule", "name")  # where the floor was set
     for name, group in groups.items():
         path = (*base, name)
         kind = group.get("optimizer") or block["name"]
@@ -72,7 +73,7 @@ def complete_groups(run: dict, origins: dict, catalog: dict, context: str = "") 
             "optimizer": (kind, f"{origin_of(origins, ('optimizer', 'name'))} (optimizer.name)"),
             "weight_decay": (block.get("weight_decay", own_default), f"{origin_of(origins, ('optimizer', 'weight_decay'))} (optimizer.weight_decay)")
             if kind == block["name"] else (own_default, f"code default of optimizer {kind!r}"),
-            "lr_min": (floor, f"{origin_of(origins, ('schedule',))} (schedule's floor)"),
+            "lr_min": (floor, f"{origin_of(origins, floor_key)} (schedule's floor)"),
             "warmup_frozen": (False, "run schema default"),
         }
         for key, (value, origin) in filled.items():

@@ -17,7 +17,8 @@ Paths are relative to the workflow's folder:
   step reads it beside model.pt, :mod:`rankrepro.engine.selection`);
 - ``results/batches/<batch>/batch.json`` and ``results/batches/staged/<id>/``: training batches
   (``runtime.runs_per_job`` > 1; :mod:`rankrepro.plan.batches`, :mod:`rankrepro.engine.batch`);
-- ``results/plan/``, ``results/tables/<paper>/<table>.*``, ``results/synthetic/``, ``results/hgldv2/``.
+- ``results/plan/``, ``results/tables/<paper>/<table>.*``, ``results/synthetic/``, ``results/hgldv2/``;
+- ``results/recipes.md`` and ``results/recipes.html``: every run's recipe card (:mod:`rankrepro.recipe`).
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ from rankrepro.plan.schema import PlanError
 if TYPE_CHECKING:
     from rankrepro.plan.build import PlanFiles
 
-__all__ = ["TargetError", "WorkflowTargets", "BATCHES_DIR", "STAGED_DIR", "HGLDV2_DIR"]
+__all__ = ["TargetError", "WorkflowTargets", "BATCHES_DIR", "STAGED_DIR", "HGLDV2_DIR", "RECIPES_MD", "RECIPES_HTML"]
 
 #: where training batches keep their records (``<batch>/batch.json``) and their staged runs
 BATCHES_DIR = "results/batches"
 STAGED_DIR = f"{BATCHES_DIR}/staged"
 HGLDV2_DIR = "results/hgldv2"
+#: every run's recipe card, grouped by paper and table, and its HTML copy shown in the report
+RECIPES_MD, RECIPES_HTML = "results/recipes.md", "results/recipes.html"
 
 
 class TargetError(LookupError):
@@ -375,21 +378,26 @@ class WorkflowTargets:
             raise TargetError(f"no table of paper {wildcards.paper!r} is in config.yaml's tables")
         return [f"results/tables/{key}.csv" for key in tables]
 
+    @staticmethod
+    def recipes_files() -> dict[str, str]:
+        """What the recipes rule writes from the plan: ``md`` (linked from the index) and ``html`` (the report's)."""
+        return {"md": RECIPES_MD, "html": RECIPES_HTML}
+
     def report_outputs(self) -> list[str]:
         """What the report shows, besides the index: an HTML page per table, a training curve per run
-        of a table, a paper-vs-ours scatter per paper, the plot of each sweep."""
+        of a table, a paper-vs-ours scatter per paper, the plot of each sweep, the recipe cards."""
         return ([f"results/tables/{key}.html" for key in self.plan.tables]
                 + [self.evaluate_files(rid)["curve"] for rid in self.plan.table_runs()]
                 + [f"results/tables/{paper}/scatter.png" for paper in self.plan.papers()]
-                + self.sweep_outputs())
+                + self.sweep_outputs() + [RECIPES_HTML])
 
     def index_inputs(self) -> list[str]:
         """Everything results/README.md summarises or links: every table's CSV, the runs' records, the
-        synthetic results, the H-GLDv2 comparison, and the figures it links."""
+        synthetic results, the H-GLDv2 comparison, the recipe cards, and the figures it links."""
         return (self.table_outputs()
                 + [f"{run_dir(rid)}/{name}" for rid in self.plan.table_runs()
                    for name in ("history.csv", "metrics.json")]
-                + self.synthetic_outputs() + self.hgldv2_outputs() + self.report_outputs())
+                + self.synthetic_outputs() + self.hgldv2_outputs() + [RECIPES_MD] + self.report_outputs())
 
     def sweep_tables(self) -> list[str]:
         """The planned tables of kind sweep ("<paper>/<table>": paper figures, one row per point)."""

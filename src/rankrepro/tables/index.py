@@ -43,6 +43,7 @@ LAYOUT = """\
 - `tables/<paper>/<table>.{md,csv,tex,html}` — paper tables, paper number beside ours; `tables/<paper>/scatter.png`
 - `synthetic/<name>.{md,json,png}` — results that need no image dataset
 - `hgldv2/` — the H-GLDv2 labels rebuilt, and their comparison with the release
+- `recipes.{md,html}` — every run's recipe card: its resolved values and where each came from
 - `logs/<rule>/...` — one log per job
 - `mlflow.db`, `mlartifacts/`, `mlflow/imported.json` — the MLflow store and its import record
 - `report.html` — `snakemake --report results/report.html`: tables, training curves, paper-vs-ours scatters
@@ -99,7 +100,7 @@ def table_summary(table_plan: TablePlan | dict, rows: list[dict], hours: dict[st
     return table.kind.index_entry(table, rows, hours, shared)
 
 
-def _natural(key: str) -> list:
+def natural_key(key: str) -> list:
     """Sort key putting table2 before table10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key)]
 
@@ -114,7 +115,7 @@ def build_index(plan: Plan | dict, results_dir: str | Path) -> dict:
     shared = {r for r, n in users.items() if n > 1}
     hours = {rid: run_hours(results_dir / "runs" / rid) for rid in users}
     tables, figures = [], []
-    for key, table in sorted(plan.tables.items(), key=lambda item: _natural(item[0])):
+    for key, table in sorted(plan.tables.items(), key=lambda item: natural_key(item[0])):
         csv_path = results_dir / "tables" / f"{key}.csv"
         kind = table.kind
         rows = kind.read_rows(csv_path) if csv_path.is_file() and kind.numeric else []
@@ -148,6 +149,7 @@ def build_index(plan: Plan | dict, results_dir: str | Path) -> dict:
         "synthetic": [{"name": n, "md": (results_dir / "synthetic" / f"{n}.md").is_file(),
                        "png": (results_dir / "synthetic" / f"{n}.png").is_file()} for n in synthetic],
         "hgldv2": (results_dir / "hgldv2" / "compare.md").is_file(),
+        "recipes": (results_dir / "recipes.md").is_file(),
         "scatters": sorted({t["paper"] for t in tables if (results_dir / "tables" / t["paper"] / "scatter.png").is_file()}),
         "curves": sorted(r for r in hours if (results_dir / "runs" / r / "curve.png").is_file()),
         "sweeps": figures,
@@ -242,6 +244,10 @@ def to_markdown(index: dict) -> str:
     if index["shared"]:
         lines += ["", "Runs shared by several tables (their hours count in each): "
                   + ", ".join(f"`{r}`" for r in index["shared"]) + "."]
+    lines += ["", "## Recipes", "",
+              "- [Every run's recipe card](recipes.md), by paper and table: the resolved values and where each came "
+              "from (`python -m rankrepro recipe RUN_ID` prints one)" if index.get("recipes") else
+              "Not built yet (rule `recipes`; `python -m rankrepro recipe RUN_ID` prints one card from the config)."]
     lines += ["", "## Figures", ""]
     if index["scatters"]:
         lines.append("- Paper vs ours, one point per reproduced cell: " + ", ".join(
