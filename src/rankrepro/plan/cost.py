@@ -6,7 +6,9 @@ A run's estimate is training plus evaluation on one GPU of a kind (``--gpu``, de
     eval h  = evaluation images x evaluations / inference images/s(backbone, test_crop) / 3600
 
 - images per epoch: the training split's images (``min(images, max_batches_per_epoch x batch size)`` when
-  epochs are cut short); warm-up epochs count as full ones (the frozen backbone makes them cheaper: an upper bound);
+  epochs are cut short); warm-up epochs count as full ones (the frozen backbone makes them cheaper: an upper bound),
+  and so does a sampler's per-class cap (``reduce_per_class``: H-GLDv2's epoch draws at most 8 images of each of
+  its 46,593 landmarks, about 373k of its 971k images, so its estimate is about 2.6x too high);
 - evaluation images: the images of every split but the training split; evaluations: one (the run's
   ``evaluate`` job) plus, with ``eval.every``, one per epoch of its test curve
   (:func:`rankrepro.engine.selection.curve_epochs`);
