@@ -6,6 +6,8 @@
 # then writes its record results/batches/<batch>/batch.json; each run's train job adopts its files
 # from there (rankrepro.engine.batch: a cheap local job, no torch). A failed run does not stop its
 # batch; the job then fails naming it, and a retry trains only the runs not staged yet.
+# Resources (runtime from the run's cost estimate, memory from its dataset and batch, the caps of the
+# config's cluster block) and one log per attempt: TARGETS (rankrepro.plan.resources; README "Cluster").
 
 
 rule run_config:
@@ -48,7 +50,7 @@ rule train:
     threads: TARGETS.cluster.cap_threads(1 if TARGETS.batched else 8)
     resources:
         gpu=0 if TARGETS.batched else 1,
-        mem_mb=TARGETS.train_mem_mb,  # from the dataset and batch; runtime: the run's cost estimate (README "Cluster")
+        mem_mb=TARGETS.train_mem_mb,
         runtime=TARGETS.train_runtime,
         attempt=TARGETS.attempt_number,
     shell:
