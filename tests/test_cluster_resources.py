@@ -106,6 +106,8 @@ def test_memory_terms_by_hand(toy):
     small = resources(toy, device="cpu", num_workers=0).mem_terms(Work("small", True, False))
     assert small["cuda"] == 0 and small["eval batches"] == small["embeddings"] == 0 == small["workers"]
     assert small["train batches"] == pytest.approx(2 * 36.75)
+    assert small["cpu activations"] == 64 * 50  # a training's activations on CPU: batch x (224 / 224)^2 x 50 MB
+    assert terms["cpu activations"] == 0  # on a GPU they are in its memory
     # an evaluate job: no training batches
     assert r.mem_terms(Work("big", train=False, evaluate=True))["train batches"] == 0
     # unknown counts: UNKNOWN_IMAGES
@@ -129,6 +131,17 @@ def test_the_caps_bound_threads_and_memory(toy):
 def test_settings_are_checked_naming_the_key(block, message):
     with pytest.raises(PlanError, match=message):
         cluster_settings(block)
+
+
+def test_planning_checks_the_cluster_block():
+    """At plan time (the Snakefile's and python -m rankrepro plan's validation) the schema names the key."""
+    from rankrepro.plan.build import plan_from_config
+
+    config = {"data_root": "data", "tracking": {"tracking_uri": "sqlite:///x.db", "experiment": "x"}, "tables": {},
+              "datasets": {}, "cluster": {"max_mem_mb": 0}}
+    with pytest.raises(PlanError, match=r"0 is less than the minimum of 1[\s\S]*\['cluster'\]\['properties'\]"
+                                        r"\['max_mem_mb'\]"):
+        plan_from_config(config)
 
 
 def test_the_defaults_are_the_schemas():
