@@ -16,6 +16,7 @@ from rankrepro.plan.batches import train_batches
 from rankrepro.plan.build import PlanFiles, plan_from_config, write_plan
 from rankrepro.plan.complete import run_id
 from rankrepro.plan.model import RUN_ID_KEY, Plan
+from rankrepro.plan.resources import Work
 from rankrepro.plan.targets import TargetError, WorkflowTargets
 
 CONFIG = {"data_root": "data", "tracking": {"tracking_uri": "sqlite:///results/mlflow.db", "experiment": "x"},
@@ -147,7 +148,7 @@ def test_batches_and_the_train_job_that_adopts_a_batched_run(plan):
     dataset = plan.runs[ids[0]]["dataset"]
     assert t.batch_manifest(batch) == f"results/manifests/{dataset}/meta.json"
     assert t.batch_manifest_dir(batch) == f"results/manifests/{dataset}"
-    assert t.batch_minutes(batch) == 20 * len(ids)
+    assert t.batch_runtime(batch) == t.cluster.runtime_minutes([Work(rid, True, True) for rid in ids])  # tests/test_cluster_resources.py
     caches = t.run_train_cache(W(run_id=ids[0])) + t.run_eval_cache(W(run_id=ids[0]))
     assert t.batch_cache_inputs(batch) == caches
     assert t.batch_cache_args(batch) == (["--image-cache", caches[0][:-len("/cache.json")],

@@ -19,9 +19,9 @@ rule image_cache:
         "results/logs/image_cache/{dataset}-s{size}.log",
     conda:
         "../../envs/train.yaml"  # torchvision: the very resize the pipeline applies
-    threads: 8
+    threads: TARGETS.cluster.cap_threads(8)
     resources:
-        mem_mb=8000,
+        mem_mb=TARGETS.cluster.cap_mem(8000),
         runtime=4 * 60,
     shell:
         "python -m rankrepro cache --manifest {params.manifest:q} --size {wildcards.size:q} --out {params.out:q}"

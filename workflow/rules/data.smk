@@ -13,7 +13,7 @@ rule replica:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=2000,
+        mem_mb=TARGETS.cluster.cap_mem(2000),
         runtime=30,
     shell:
         "python -m rankrepro replica {params.dataset:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
@@ -39,7 +39,7 @@ rule download:
         "../../envs/data.yaml"
     retries: 0
     resources:
-        mem_mb=2000,
+        mem_mb=TARGETS.cluster.cap_mem(2000),
         runtime=24 * 60,
     shell:
         "python -m rankrepro download {params.dataset:q} --data-root {params.data_root:q} {params.args:q}"
@@ -64,7 +64,7 @@ rule prepare:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=8000,
+        mem_mb=TARGETS.cluster.cap_mem(8000),
         runtime=6 * 60,
     shell:
         "python -m rankrepro prepare {wildcards.dataset:q} --source {params.source:q} --data-root {params.data_root:q}"

@@ -22,12 +22,15 @@ rule evaluate:
         "results/logs/evaluate/{run_id}.log",
     conda:
         "../../envs/train.yaml"
-    threads: 8
+    threads: TARGETS.cluster.cap_threads(8)
     resources:
         gpu=1,
-        mem_mb=32000,
-        runtime=2 * 60,
+        mem_mb=TARGETS.evaluate_mem_mb,
+        runtime=TARGETS.evaluate_runtime,
+        attempt=TARGETS.attempt_number,
     shell:
-        "python -m rankrepro evaluate --run {input.run:q} --model {input.model:q} --manifest {params.manifest:q}"
-        " --out {output.metrics:q} --curve {output.curve:q} --device {params.device:q} --num-workers {params.workers:q}"
-        " --batch-size {params.batch_size:q} --threads {threads:q} {params.cache:q} > {log:q} 2>&1"
+        TARGETS.attempt_logged(
+            "python -m rankrepro evaluate --run {input.run:q} --model {input.model:q} --manifest {params.manifest:q}"
+            " --out {output.metrics:q} --curve {output.curve:q} --device {params.device:q}"
+            " --num-workers {params.workers:q} --batch-size {params.batch_size:q} --threads {threads:q} {params.cache:q}"
+        )

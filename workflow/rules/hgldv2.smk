@@ -24,7 +24,7 @@ rule hgldv2_scrape:
         "../../envs/data.yaml"
     retries: 2
     resources:
-        mem_mb=4000,
+        mem_mb=TARGETS.cluster.cap_mem(4000),
         runtime=24 * 60,
     shell:
         "python -m rankrepro hgldv2 scrape --train {params.train:q} --index {params.index:q} --out {params.out:q}"
@@ -45,7 +45,7 @@ rule hgldv2_clean:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=4000,
+        mem_mb=TARGETS.cluster.cap_mem(4000),
         runtime=30,
     shell:
         "python -m rankrepro hgldv2 clean --scrape {input:q} --out {params.out:q} --several {params.several:q}"
@@ -72,9 +72,9 @@ rule hgldv2_cluster:
         "results/logs/hgldv2/cluster.log",
     conda:
         "../../envs/train.yaml"
-    threads: 4
+    threads: TARGETS.cluster.cap_threads(4)
     resources:
-        mem_mb=8000,
+        mem_mb=TARGETS.cluster.cap_mem(8000),
         runtime=60,
     shell:
         "python -m rankrepro hgldv2 cluster --landmarks {input:q} --out {params.out:q} --model {params.model:q}"
@@ -100,7 +100,7 @@ rule hgldv2_curate:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=4000,
+        mem_mb=TARGETS.cluster.cap_mem(4000),
         runtime=30,
     shell:
         "python -m rankrepro hgldv2 curate --landmarks {input.landmarks:q} --cluster-dir {params.cluster_dir:q}"
@@ -125,7 +125,7 @@ rule hgldv2_compare:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=4000,
+        mem_mb=TARGETS.cluster.cap_mem(4000),
         runtime=30,
     shell:
         "python -m rankrepro hgldv2 compare --ours {params.ours:q} --release-dir {params.release:q}"

@@ -21,7 +21,7 @@ rule sweep_plot:
         "../../envs/train.yaml"
     localrule: True
     resources:
-        mem_mb=2000,
+        mem_mb=TARGETS.cluster.cap_mem(2000),
         runtime=10,
     shell:
         "python -m rankrepro sweep-plot --plan {input.plan:q} --runs-dir results/runs --out {output:q} > {log:q} 2>&1"

@@ -18,7 +18,7 @@ rule table:
         "../../envs/train.yaml"
     localrule: True
     resources:
-        mem_mb=2000,
+        mem_mb=TARGETS.cluster.cap_mem(2000),
         runtime=10,
     shell:
         "python -m rankrepro table --plan {input.plan:q} --runs-dir results/runs --out-prefix {params.prefix:q}"
@@ -41,7 +41,7 @@ rule track:
         "../../envs/train.yaml"
     localrule: True
     resources:
-        mem_mb=4000,
+        mem_mb=TARGETS.cluster.cap_mem(4000),
         runtime=60,
     shell:
         "python -m rankrepro track --plan {input.plan:q} --tracking-uri {params.uri:q}"
@@ -75,7 +75,7 @@ rule table_html:
         "../../envs/train.yaml"
     localrule: True
     resources:
-        mem_mb=2000,
+        mem_mb=TARGETS.cluster.cap_mem(2000),
         runtime=10,
     shell:
         "python -m rankrepro table-html --plan {input.plan:q} --csv {input.csv:q} --out {output:q} > {log:q} 2>&1"
@@ -98,7 +98,7 @@ rule paper_scatter:
         "../../envs/train.yaml"
     localrule: True
     resources:
-        mem_mb=2000,
+        mem_mb=TARGETS.cluster.cap_mem(2000),
         runtime=10,
     shell:
         "python -m rankrepro plot scatter --paper {wildcards.paper:q} --tables {input:q} --out {output:q} > {log:q} 2>&1"
@@ -121,7 +121,7 @@ rule recipes:
         "../../envs/train.yaml"
     localrule: True
     resources:
-        mem_mb=2000,
+        mem_mb=TARGETS.cluster.cap_mem(2000),
         runtime=10,
     shell:
         "python -m rankrepro recipe --all --markdown --plan {input.plan:q} --out {output.md:q}"
@@ -147,7 +147,7 @@ rule results_index:
         "../../envs/train.yaml"
     localrule: True
     resources:
-        mem_mb=2000,
+        mem_mb=TARGETS.cluster.cap_mem(2000),
         runtime=10,
     shell:
         "python -m rankrepro results-index --plan {input.plan:q} --results-dir results --out {output.md:q}"

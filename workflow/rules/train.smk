@@ -6,6 +6,8 @@
 # then writes its record results/batches/<batch>/batch.json; each run's train job adopts its files
 # from there (rankrepro.engine.batch: a cheap local job, no torch). A failed run does not stop its
 # batch; the job then fails naming it, and a retry trains only the runs not staged yet.
+# Resources (runtime from the run's cost estimate, memory from its dataset and batch, the caps of the
+# config's cluster block) and one log per attempt: TARGETS (rankrepro.plan.resources; README "Cluster").
 
 
 rule run_config:
@@ -19,7 +21,7 @@ rule run_config:
         "../../envs/train.yaml"
     localrule: True
     resources:
-        mem_mb=1000,
+        mem_mb=TARGETS.cluster.cap_mem(1000),
         runtime=5,
     shell:
         "python -m rankrepro write-run --plan {input.plan:q} --run-id {wildcards.run_id:q} --out {output:q}"
@@ -45,13 +47,14 @@ rule train:
     conda:
         "../../envs/train.yaml"
     localrule: TARGETS.batched
-    threads: 1 if TARGETS.batched else 8
+    threads: TARGETS.cluster.cap_threads(1 if TARGETS.batched else 8)
     resources:
         gpu=0 if TARGETS.batched else 1,
-        mem_mb=1000 if TARGETS.batched else 64000,
-        runtime=5 if TARGETS.batched else 48 * 60,
+        mem_mb=TARGETS.train_mem_mb,
+        runtime=TARGETS.train_runtime,
+        attempt=TARGETS.attempt_number,
     shell:
-        "python -m rankrepro {params.command:q} > {log:q} 2>&1"
+        TARGETS.attempt_logged("python -m rankrepro {params.command:q}")  # one log per attempt
 
 
 # Batches are tiny CPU runs: one thread each (`--cores N` runs N batches at once).
@@ -77,9 +80,12 @@ rule train_batch:
     threads: 1
     resources:
         gpu=0 if RUNTIME["device"] == "cpu" else 1,
-        mem_mb=8000,
-        runtime=TARGETS.batch_minutes,
+        mem_mb=TARGETS.batch_mem_mb,
+        runtime=TARGETS.batch_runtime,
+        attempt=TARGETS.attempt_number,
     shell:
-        "python -m rankrepro train-batch --runs {input.runs:q} --staged {params.staged:q} --out {output:q}"
-        " --manifest {params.manifest:q} --device {params.device:q} --num-workers {params.workers:q}"
-        " --threads {threads:q} --batch-size {params.batch_size:q} {params.cache:q} {params.runtime:q} > {log:q} 2>&1"
+        TARGETS.attempt_logged(
+            "python -m rankrepro train-batch --runs {input.runs:q} --staged {params.staged:q} --out {output:q}"
+            " --manifest {params.manifest:q} --device {params.device:q} --num-workers {params.workers:q}"
+            " --threads {threads:q} --batch-size {params.batch_size:q} {params.cache:q} {params.runtime:q}"
+        )

@@ -14,5 +14,7 @@
   :class:`~rankrepro.plan.model.TablePlan`, the plan as its readers query it;
 - :mod:`~rankrepro.plan.batches`: training batches (several runs trained by one job);
 - :mod:`~rankrepro.plan.targets`: :class:`~rankrepro.plan.targets.WorkflowTargets`, the workflow's
-  paths and arguments (what the rules' input functions return).
+  paths and arguments (what the rules' input functions return);
+- :mod:`~rankrepro.plan.resources`: what each job asks a cluster for (runtime from the cost estimate,
+  :mod:`~rankrepro.plan.cost`; memory from the dataset and batch; the config's ``cluster`` caps).
 """
