@@ -44,7 +44,7 @@ LAYOUT = """\
 - `synthetic/<name>.{md,json,png}` — results that need no image dataset
 - `hgldv2/` — the H-GLDv2 labels rebuilt, and their comparison with the release
 - `recipes.{md,html}` — every run's recipe card: its resolved values and where each came from
-- `logs/<rule>/...` — one log per job
+- `logs/<rule>/...` — one log per job (training and evaluation also keep each attempt's, `<log>.attempt<N>-<UTC time>.log`)
 - `mlflow.db`, `mlartifacts/`, `mlflow/imported.json` — the MLflow store and its import record
 - `report.html` — `snakemake --report results/report.html`: tables, training curves, paper-vs-ours scatters
 - `bench/` — benchmark tables
