@@ -145,10 +145,10 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
 
     def save(epoch_done: int, partial: EpochProgress | None = None) -> None:
         """The checkpoint after epoch ``epoch_done`` (0-based, -1: none) and ``partial``-ly into the next."""
-        save_checkpoint(ckpt_path, run_id=run_id, epoch=epoch_done, partial=None if partial is None else partial.state(),
-                        model=model.state_dict(), criterion=criterion.state_dict(), optimizer=optimizer.state_dict(),
+        save_checkpoint(ckpt_path, run_id=run_id, epoch=epoch_done, model=model.state_dict(),
+                        criterion=criterion.state_dict(), optimizer=optimizer.state_dict(),
                         scheduler=scheduler.state_dict(), scaler=scaler.state_dict(), history=history,
-                        curve=curve.rows)
+                        curve=curve.rows, partial=None if partial is None else partial.state())
         timer.restart()
 
     def stopped(where: str) -> TrainingStopped:
