@@ -4,7 +4,8 @@ A GLDv2 epoch lasts hours, longer than a job may run, so besides the checkpoint 
 trainer (:func:`rankrepro.engine.train.train`) saves one inside an epoch
 
 - every ``runtime.checkpoint_minutes`` of wall clock (:class:`CheckpointTimer`; 0: after each epoch only),
-  so a job killed without warning loses at most that much training;
+  so a job killed without warning loses at most that much training (and the step, or the scoring of a
+  test curve, in progress);
 - at the step after a SIGTERM (:class:`StopSignal`): SLURM sends SIGTERM to every process of a job at its
   time limit, then SIGKILL ``KillWait`` seconds later (30 by default). The trainer then exits with
   :class:`TrainingStopped` (status 1, a message naming the checkpoint), so Snakemake's retry resumes it.
