@@ -1,4 +1,5 @@
-"""Full-state checkpoints: model, optimizer, scheduler, scaler, loss, RNG states, history, test curve.
+"""Full-state checkpoints: model, optimizer, scheduler, scaler, loss, RNG states, history, test curve,
+and where inside an epoch it was written (:mod:`rankrepro.engine.preemption`).
 
 A checkpoint holds tensors and plain Python data only (the numpy RNG state as a tuple of plain
 values, not an array), so it is read with :func:`rankrepro.torchfile.load_plain`: a crafted
@@ -21,9 +22,11 @@ import torch
 from rankrepro.io import atomic_path
 from rankrepro.torchfile import TorchFileError, UnreadableTorchFileError, load_plain
 
-#: the keys :func:`save_checkpoint`'s callers store (train.py), ``rng`` added by it; train.py also stores
-#: ``curve`` (the test curve, :mod:`rankrepro.engine.curve`), not required: a checkpoint written before
-#: curves existed resumes with an empty one
+#: the keys :func:`save_checkpoint`'s callers store (train.py), ``rng`` added by it; ``epoch`` is the last
+#: finished epoch (0-based, -1: none). train.py also stores ``curve`` (the test curve,
+#: :mod:`rankrepro.engine.curve`) and ``partial`` (None after an epoch, else the position inside the next,
+#: :class:`~rankrepro.engine.preemption.EpochProgress`), not required: a checkpoint written before they
+#: existed resumes with an empty curve, at an epoch's end
 CHECKPOINT_KEYS = frozenset({"run_id", "epoch", "model", "criterion", "optimizer", "scheduler", "scaler",
                              "history", "rng"})
 RESTART = "remove it to restart the run from scratch"

@@ -1,29 +1,33 @@
 """The training batches of each epoch, on the device: :class:`TrainLoader`.
 
-Without persistent workers (``runtime.persistent_workers`` off, or ``num_workers`` 0) each epoch gets a fresh
-``DataLoader`` over the run's batch sampler with the epoch's generator: its workers are seeded from that
-generator (``base_seed + worker_id`` for ``random`` and torch, ``_generate_state(base_seed, worker_id)`` for
-NumPy) and batch k goes to worker k mod ``num_workers``.
+An epoch is the run's batch sampler's batches for that epoch, less the first ``skip`` (done before a
+mid-epoch checkpoint, :mod:`rankrepro.engine.preemption`): they are dropped from the index lists, their
+images never loaded.
 
-With persistent workers one ``DataLoader`` serves every epoch. Its batches carry the epoch's ``base_seed`` (drawn
-from the epoch's generator exactly as a fresh ``DataLoader`` draws it), and a worker that sees a new one reseeds
-``random``, torch and NumPy as a fresh worker would before loading the item. The ``DataLoader`` still hands batch k
-of every epoch to worker k mod ``num_workers``, and finishes the previous epoch's prefetched batches before it sends
-the next epoch's, so every image is augmented with the same random numbers as without persistent workers, and
-a run resumed from a checkpoint equals one trained straight through.
+With ``num_workers`` 0 the main process loads every batch, drawing its augmentations from the global RNGs,
+whose state a checkpoint holds. With workers, whichever worker loads batch k of an epoch first reseeds
+``random`` and torch with ``base_seed + k`` and NumPy with ``_generate_state(base_seed, k)`` -- a fresh
+``DataLoader`` worker's seeding, with the batch's number in place of the worker's -- where ``base_seed`` is
+drawn from the epoch's generator exactly as a fresh ``DataLoader`` draws it. So every image of a batch is
+augmented with the same random numbers whatever the number of workers, whether they persist across
+epochs (``runtime.persistent_workers``: one ``DataLoader`` for the whole run, else one per epoch) and
+whether the epoch was resumed after its first batches: a resumed run equals one trained straight through.
+The workers ignore SIGTERM (:func:`~rankrepro.engine.preemption.ignore_stop_signal`).
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset
 from torch.utils.data._utils.worker import _generate_state
 
 from rankrepro.engine.gpu_decode import EncodedImages, collate_encoded, decode_batch, tensor_train_transform
+from rankrepro.engine.preemption import ignore_stop_signal
 from rankrepro.engine.runtime import TrainRuntime
 
 __all__ = ["TrainLoader", "epoch_base_seed"]
@@ -35,40 +39,42 @@ def epoch_base_seed(generator: torch.Generator) -> int:
 
 
 class _SeededItems(Dataset):
-    """``dataset[index]`` for items ``(index, base_seed)``; on a new ``base_seed`` the worker first reseeds
-    itself as a fresh ``DataLoader`` worker would."""
+    """The items of a batch ``[(index, base_seed, k), ...]``: ``dataset[index]`` each, after reseeding the
+    worker from ``(base_seed, k)`` (module docstring)."""
 
     def __init__(self, dataset: Dataset):
         self.dataset = dataset
-        self.base_seed: int | None = None
 
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, item):
-        index, base_seed = item
-        if base_seed != self.base_seed:
-            worker = get_worker_info().id
-            random.seed(base_seed + worker)
-            torch.manual_seed(base_seed + worker)
-            np.random.seed(_generate_state(base_seed, worker))
-            self.base_seed = base_seed
-        return self.dataset[index]
+    def __getitems__(self, items):
+        _, base_seed, k = items[0]
+        random.seed(base_seed + k)
+        torch.manual_seed(base_seed + k)
+        np.random.seed(_generate_state(base_seed, k))
+        return [self.dataset[index] for index, _, _ in items]
 
 
-class _SeededBatches:
-    """The batch sampler's batches as lists of ``(index, base_seed)`` with the current epoch's ``base_seed``."""
+class _EpochBatches:
+    """The batch sampler's batches from the ``skip``-th on; with ``base_seed`` set (workers), each as
+    ``[(index, base_seed, k), ...]``, k its number in the whole epoch."""
 
     def __init__(self, sampler):
         self.sampler = sampler
+        self.skip = 0
         self.base_seed: int | None = None
 
     def __len__(self) -> int:
-        return len(self.sampler)
+        return max(len(self.sampler) - self.skip, 0)
 
     def __iter__(self):
-        for batch in self.sampler:
-            yield [(index, self.base_seed) for index in batch]
+        batches = itertools.islice(self.sampler, self.skip, None)
+        if self.base_seed is None:
+            yield from batches
+            return
+        for k, batch in enumerate(batches, start=self.skip):
+            yield [(index, self.base_seed, k) for index in batch]
 
 
 class TrainLoader:
@@ -90,22 +96,25 @@ class TrainLoader:
         items = EncodedImages(dataset) if runtime.gpu_decode else dataset
         self.options = {"num_workers": num_workers, "pin_memory": runtime.pin(device) and not runtime.gpu_decode,
                         "collate_fn": collate_encoded if runtime.gpu_decode else None}
-        if num_workers:
-            self.options["prefetch_factor"] = runtime.prefetch_factor
+        self.workers = num_workers > 0
+        if self.workers:
+            self.options.update(prefetch_factor=runtime.prefetch_factor, worker_init_fn=ignore_stop_signal)
+            items = _SeededItems(items)
+        self.items, self.batches = items, _EpochBatches(sampler)
         if self.persistent:
-            self.batches = _SeededBatches(sampler)
-            self.loader = DataLoader(_SeededItems(items), batch_sampler=self.batches, persistent_workers=True,
+            self.loader = DataLoader(items, batch_sampler=self.batches, persistent_workers=True,
                                      generator=torch.Generator(), **self.options)
-        else:
-            self.items, self.sampler = items, sampler
 
-    def epoch(self, generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The epoch's (images, labels) on the device; ``generator`` seeds the workers (module docstring)."""
-        if self.persistent:
+    def epoch(self, generator: torch.Generator, skip: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The epoch's (images, labels) on the device, its first ``skip`` batches left out; ``generator``
+        seeds the workers (module docstring)."""
+        self.batches.skip = skip
+        if self.workers:
             self.batches.base_seed = epoch_base_seed(generator)
+        if self.persistent:
             loader = self.loader
         else:
-            loader = DataLoader(self.items, batch_sampler=self.sampler, generator=generator, **self.options)
+            loader = DataLoader(self.items, batch_sampler=self.batches, generator=generator, **self.options)
         for images, labels, _ in loader:
             if self.gpu_transform is not None:
                 images = decode_batch(images, self.gpu_transform, self.device)

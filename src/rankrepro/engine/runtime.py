@@ -10,7 +10,7 @@ Each one leaves a CPU run's results unchanged, bit for bit:
 - ``cudnn_benchmark`` (default on): ``torch.backends.cudnn.benchmark`` (cuDNN picks the fastest convolution
   per input shape); CUDA only;
 - ``persistent_workers`` (default on): the training loader's workers live for the whole run instead of one
-  epoch; each worker reseeds itself at an epoch's first item exactly as a fresh worker would
+  epoch; a worker reseeds itself from the epoch's seed and the batch's number before each batch
   (:mod:`rankrepro.engine.loader`), so the data, and an exact resume, do not change; with ``num_workers`` > 0;
 - ``prefetch_factor`` (default 4): batches each worker prepares ahead (which worker loads which batch does not
   change); with ``num_workers`` > 0;
@@ -20,7 +20,11 @@ Each one leaves a CPU run's results unchanged, bit for bit:
 - ``gpu_decode`` (default off): workers read the JPEG bytes only; the main process decodes each batch on the GPU
   (``torchvision.io.decode_jpeg(device='cuda')``) and applies the run's train transform to the GPU tensors
   (:mod:`rankrepro.engine.gpu_decode`); the random crops and flips are drawn as before, the resize is
-  torchvision's tensor resize (antialiased), so pixels differ slightly from Pillow's. CUDA only: refused on CPU.
+  torchvision's tensor resize (antialiased), so pixels differ slightly from Pillow's. CUDA only: refused on CPU;
+- ``checkpoint_minutes`` (default 30, our choice: a GLDv2 epoch lasts hours): a checkpoint inside an epoch every
+  that many minutes of wall clock, besides the one after each epoch, so a job killed at its time limit loses at
+  most that much; 0: after each epoch only. A resumed run continues at the same step, exactly
+  (:mod:`rankrepro.engine.preemption`, which also saves and stops on SIGTERM).
 
 Mixed precision is the run's own ``amp`` key (fp16 where the official code used it, bf16, none): it is part of
 the recipe, not of the runtime.
@@ -53,6 +57,7 @@ class TrainRuntime:
     pin_memory: bool = True
     compile: bool = False
     gpu_decode: bool = False
+    checkpoint_minutes: float = 30.0
 
     def check(self, device: torch.device) -> None:
         """Refuse a setting that cannot apply on ``device``, naming the config key."""
@@ -61,6 +66,9 @@ class TrainRuntime:
                                 "set runtime.gpu_decode: false to decode with Pillow in the loader workers")
         if self.prefetch_factor < 1:
             raise RuntimeSettingError(f"runtime.prefetch_factor must be >= 1, got {self.prefetch_factor}")
+        if self.checkpoint_minutes < 0:
+            raise RuntimeSettingError(f"runtime.checkpoint_minutes must be >= 0 (0: after each epoch only), "
+                                      f"got {self.checkpoint_minutes}")
 
     def apply_backends(self, device: torch.device) -> None:
         """Process-wide switches: ``cudnn.benchmark`` on CUDA."""
@@ -85,14 +93,15 @@ FLAGS = {f.name: "--" + f.name.replace("_", "-") for f in fields(TrainRuntime)}
 
 def add_runtime_flags(parser: argparse.ArgumentParser) -> None:
     """The flags of every :class:`TrainRuntime` field (``--channels-last`` / ``--no-channels-last``, ...,
-    ``--prefetch-factor N``), defaulting to the field's default."""
+    ``--prefetch-factor N``, ``--checkpoint-minutes X``), defaulting to the field's default."""
     for f in fields(TrainRuntime):
         key = f"runtime.{f.name}"
         if f.type in (bool, "bool"):
             parser.add_argument(FLAGS[f.name], action=argparse.BooleanOptionalAction, default=f.default,
                                 help=f"{key} (default {'on' if f.default else 'off'})")
         else:
-            parser.add_argument(FLAGS[f.name], type=int, default=f.default, help=f"{key} (default {f.default})")
+            parser.add_argument(FLAGS[f.name], type=type(f.default), default=f.default,
+                                help=f"{key} (default {f.default})")
 
 
 def runtime_flags(runtime: dict) -> list[str]:

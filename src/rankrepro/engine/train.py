@@ -5,7 +5,8 @@ The optimizers of the run's parameter groups (backbone, head or the whole net, t
 the groups marked ``warmup_frozen`` are frozen and the schedules pause (SupRank's ``warmup_step`` and
 ``warmup_keys``); for ``projection_init: pca``, the projection set to the
 PCA of the training features before a fresh run; autocast on CUDA (the run's ``amp``); a checkpoint
-after every epoch from which a retried job resumes exactly; a per-epoch history. ``max_batches_per_epoch``
+after every epoch, every ``runtime.checkpoint_minutes`` inside one and on SIGTERM
+(:mod:`rankrepro.engine.preemption`), from which a retried job resumes exactly; a per-epoch history. ``max_batches_per_epoch``
 ends an epoch early (smoke runs on replicas; null trains the sampler's whole epoch). How fast it runs on
 this machine (channels-last, cuDNN benchmark, persistent workers, pinned memory, ``torch.compile``, GPU
 JPEG decoding) is the :class:`~rankrepro.engine.runtime.TrainRuntime`'s, never the run's.
@@ -19,6 +20,7 @@ import math
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -38,6 +40,7 @@ from rankrepro.engine.curve import TestCurve
 from rankrepro.engine.device import autocast, grad_scaler, resolve_device
 from rankrepro.engine.loader import TrainLoader
 from rankrepro.engine.optim import build_optimizer, build_scheduler
+from rankrepro.engine.preemption import CheckpointTimer, EpochProgress, StopSignal, TrainingStopped
 from rankrepro.engine.runtime import TrainRuntime
 from rankrepro.io import atomic_path, atomic_write_text
 from rankrepro.models import build_model
@@ -83,8 +86,9 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
 
     Every value comes from ``run``: a component that lacks one of its parameters (a run planned
     with a stale catalog) fails before anything is built. ``checkpoint.pt`` (in ``out_dir``) is
-    written after every epoch and removed once the final outputs exist; a job that finds it
-    resumes from it. ``image_cache``: the resized image cache its datasets read (None: the originals;
+    written after every epoch, every ``runtime.checkpoint_minutes`` inside one, and on SIGTERM (then
+    :class:`~rankrepro.engine.preemption.TrainingStopped` is raised), and removed once the final outputs
+    exist; a job that finds it resumes from it, at the step where it was written. ``image_cache``: the resized image cache its datasets read (None: the originals;
     :class:`~rankrepro.data.images.ImageDataset`). ``runtime``: the speed settings
     (:class:`~rankrepro.engine.runtime.TrainRuntime`; None: its defaults), none of which changes a CPU run's results.
     With ``eval.every``, the test curve ``curve.csv`` (:mod:`rankrepro.engine.curve`), scored with
@@ -111,7 +115,7 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
     scheduler = build_scheduler(run["schedule"], optimizer, run["epochs"])
     scaler = grad_scaler(dev, amp)
     history: list[dict] = []
-    start = 0
+    start, resumed = 0, None
 
     state = load_checkpoint(ckpt_path)
     if state is not None:
@@ -124,8 +128,11 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
         scaler.load_state_dict(state["scaler"])
         history = state["history"]
         start = state["epoch"] + 1
+        resumed = EpochProgress.from_state(state["partial"]) if state.get("partial") else None
         set_rng_state(state["rng"])
-        print(f"resuming {run_id} from {ckpt_path} after epoch {state['epoch']}", file=sys.stderr)
+        where = (f"epoch {resumed.epoch + 1} after its first {resumed.batches} batches" if resumed
+                 else f"the end of epoch {start}")
+        print(f"resuming {run_id} from {ckpt_path} at {where}", file=sys.stderr)
     elif getattr(model, "projection_init", "random") == "pca":  # a fresh run only: a checkpoint holds the result
         init_projection_pca(model, ImageDataset(manifest, test_transform(run["images"]), contiguous=True,
                                                 cache=image_cache), device=dev, amp=amp, max_images=model.pca_images, seed=run["seed"], num_workers=num_workers)
@@ -134,56 +141,76 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
                       batch_size=eval_batch_size, num_workers=num_workers, image_cache=eval_image_cache)
     loader = TrainLoader(dataset, sampler, num_workers=num_workers, device=dev, runtime=runtime,
                          images_cfg=run["images"])
-    for epoch in range(start, run["epochs"]):
-        warmup = epoch < run["warmup_epochs"]
-        optimizer.set_warmup(warmup)
-        model.train()
-        sampler.set_epoch(epoch)
-        if hasattr(criterion, "set_epoch"):
-            criterion.set_epoch(epoch)
-        generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,))))
-        t0, seen, total, batches = time.perf_counter(), 0, 0.0, 0
-        cap = run.get("max_batches_per_epoch")
-        epoch_batches = loader.epoch(generator)
-        bar = tqdm(epoch_batches, desc=f"epoch {epoch + 1}/{run['epochs']}", file=sys.stderr, disable=not progress,
-                   mininterval=5.0, total=min(len(sampler), cap) if cap else None)
-        for step, (images, labels) in enumerate(bar):
-            with autocast(dev, amp):
-                embeddings = forward(images)
-            loss = criterion(embeddings.float(), labels)
-            if not torch.isfinite(loss):
-                kept = f"the last good checkpoint is {ckpt_path}" if ckpt_path.exists() else "no checkpoint yet"
-                raise NonFiniteLossError(f"run {run_id}: loss became {loss.item()} at epoch {epoch + 1}, "
-                                         f"step {step}; {kept}")
-            optimizer.zero_grad()
-            scaler.scale(loss).backward()
-            optimizer.step(scaler)
-            scaler.update()
-            seen += len(images)
-            batches += 1
-            total += loss.item() * len(images)
-            bar.set_postfix(loss=f"{loss.item():.4f}")
-            if cap and step + 1 >= cap:
-                break
-        epoch_batches.close()
-        seconds = time.perf_counter() - t0
-        history.append({
-            "epoch": epoch + 1, "loss": total / max(seen, 1),
-            **{f"lr_{g['name']}": g["lr"] for g in optimizer.param_groups}, "seconds": round(seconds, 3),
-            "batches": batches, "images_per_s": round(seen / seconds, 2) if seconds > 0 else math.nan, "warmup": warmup,
-            "device": f"cuda: {torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else dev.type,
-        })
-        if not warmup:
-            scheduler.step()
-        print(f"epoch {epoch + 1}: loss {history[-1]['loss']:.5f}, {history[-1]['images_per_s']} images/s",
-              file=sys.stderr)
-        curve.after_epoch(model, epoch + 1)
-        save_checkpoint(ckpt_path, run_id=run_id, epoch=epoch, model=model.state_dict(),
+    timer = CheckpointTimer(runtime.checkpoint_minutes)
+
+    def save(epoch_done: int, partial: EpochProgress | None = None) -> None:
+        """The checkpoint after epoch ``epoch_done`` (0-based, -1: none) and ``partial``-ly into the next."""
+        save_checkpoint(ckpt_path, run_id=run_id, epoch=epoch_done, model=model.state_dict(),
                         criterion=criterion.state_dict(), optimizer=optimizer.state_dict(),
                         scheduler=scheduler.state_dict(), scaler=scaler.state_dict(), history=history,
-                        curve=curve.rows)
-        if on_epoch_end is not None:
-            on_epoch_end(epoch)
+                        curve=curve.rows, partial=None if partial is None else partial.state())
+        timer.restart()
+
+    def stopped(where: str) -> TrainingStopped:
+        return TrainingStopped(f"run {run_id}: stopped by SIGTERM {where}; saved {ckpt_path}, from which the same "
+                               "command resumes (Snakemake's retry)")
+
+    with StopSignal() as stop:
+        for epoch in range(start, run["epochs"]):
+            warmup = epoch < run["warmup_epochs"]
+            optimizer.set_warmup(warmup)
+            model.train()
+            sampler.set_epoch(epoch)
+            if hasattr(criterion, "set_epoch"):
+                criterion.set_epoch(epoch)
+            position = resumed if resumed is not None and resumed.epoch == epoch else \
+                EpochProgress(epoch, seed=int(torch.randint(0, 2**62, (1,))))
+            generator = torch.Generator().manual_seed(position.seed)
+            t0 = time.perf_counter()
+            cap = run.get("max_batches_per_epoch")
+            epoch_batches = loader.epoch(generator, skip=position.batches)
+            bar = tqdm(epoch_batches, desc=f"epoch {epoch + 1}/{run['epochs']}", file=sys.stderr,
+                       disable=not progress, mininterval=5.0, initial=position.batches,
+                       total=min(len(sampler), cap) if cap else None)
+            for images, labels in bar:
+                with autocast(dev, amp):
+                    embeddings = forward(images)
+                loss = criterion(embeddings.float(), labels)
+                if not torch.isfinite(loss):
+                    kept = f"the last good checkpoint is {ckpt_path}" if ckpt_path.exists() else "no checkpoint yet"
+                    raise NonFiniteLossError(f"run {run_id}: loss became {loss.item()} at epoch {epoch + 1}, "
+                                             f"step {position.batches}; {kept}")
+                optimizer.zero_grad()
+                scaler.scale(loss).backward()
+                optimizer.step(scaler)
+                scaler.update()
+                position.add(len(images), loss.item())
+                bar.set_postfix(loss=f"{loss.item():.4f}")
+                if cap and position.batches >= cap:
+                    break
+                if stop.requested or timer.due():
+                    save(epoch - 1, replace(position, seconds=position.seconds + time.perf_counter() - t0))
+                    if stop.requested:
+                        raise stopped(f"at epoch {epoch + 1} after {position.batches} batches")
+            epoch_batches.close()
+            seconds = position.seconds + time.perf_counter() - t0
+            history.append({
+                "epoch": epoch + 1, "loss": position.loss_sum / max(position.seen, 1),
+                **{f"lr_{g['name']}": g["lr"] for g in optimizer.param_groups}, "seconds": round(seconds, 3),
+                "batches": position.batches,
+                "images_per_s": round(position.seen / seconds, 2) if seconds > 0 else math.nan, "warmup": warmup,
+                "device": f"cuda: {torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else dev.type,
+            })
+            if not warmup:
+                scheduler.step()
+            print(f"epoch {epoch + 1}: loss {history[-1]['loss']:.5f}, {history[-1]['images_per_s']} images/s",
+                  file=sys.stderr)
+            curve.after_epoch(model, epoch + 1)
+            save(epoch)
+            if on_epoch_end is not None:
+                on_epoch_end(epoch)
+            if stop.requested:
+                raise stopped(f"after epoch {epoch + 1}")
 
     loader.close()
     model_path = out_dir / "model.pt"
