@@ -213,7 +213,9 @@ def cmd_cost(args) -> None:
     from rankrepro.plan.schema import PlanError, load_yaml
 
     try:
-        cost = plan_cost(plan_from_config(load_yaml(Path(args.config))), args.gpu, args.results)
+        config = load_yaml(Path(args.config))
+        gpu = args.gpu or (config.get("cluster") or {}).get("gpu", "h100")
+        cost = plan_cost(plan_from_config(config), gpu, args.results)
     except (PlanError, ProfileError) as err:
         sys.exit(f"cost: {err}")
     print(json.dumps(cost, indent=1) if args.json else to_text(cost, per_run=args.runs), end="")
@@ -453,7 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cost", help="estimate the GPU-hours of every run, table and paper of a config's plan "
                        "(throughput profile profiles/throughput/<gpu>.yaml)")
     p.add_argument("--config", default="config.yaml")
-    p.add_argument("--gpu", default="h100", help="the GPU kind: profiles/throughput/<gpu>.yaml")
+    p.add_argument("--gpu", default=None,
+                   help="the GPU kind: profiles/throughput/<gpu>.yaml (default: the config's cluster.gpu, h100)")
     p.add_argument("--results", default="results", help="where prepared manifests are (their image counts)")
     p.add_argument("--runs", action="store_true", help="also one line per run")
     p.add_argument("--json", action="store_true", help="the whole estimate as JSON")
