@@ -11,10 +11,11 @@ label structures (:data:`SIZES`):
 
 Each measurement runs in a fresh process: it draws the data, warms up (numba kernels, CUDA context) on
 256 items, then times one ``compute`` call. Peak memory is the process's max RSS on CPU (Python, numpy,
-torch, numba and the data: everything) and ``torch.cuda.max_memory_allocated`` on a GPU. Where a full
-run would take too long (:data:`CPU_FRACTIONS`), a random fraction of the queries is searched against the
-whole gallery (same lists, same per-query work) at two fractions, and the full-size time is the straight
-line through them evaluated at all queries; memory does not grow with the number of queries (below).
+torch, numba and the data: everything) and ``torch.cuda.max_memory_allocated`` on a GPU. A fraction of
+the queries (:data:`CPU_FRACTIONS`) is a random subset searched against the whole gallery (the same lists
+and per-query work as in the full run): two fractions give the time per query, which predicts the full
+run's time (a check of the straight-line model when the full run is measured too; the estimate where it is
+not). Memory does not grow with the number of queries (below).
 
 Memory model (:mod:`rankrepro.metrics.ranking`, ``memory_budget``): resident are the embeddings
 (N x D x 4 bytes) and the label index (a few int64 arrays of N per level). What scales with chunk x N:
@@ -73,9 +74,9 @@ SIZES = (
          "human-made / 18 natural, 1,129 scored queries (hgldv2.md §1, §3); every index image labelled (no "
          "remove_nan drop: the most work); embed_dim 2048 (SupRank's H-GLDv2 model)"),
 )
-#: fractions of the queries measured on CPU (all queries on a GPU): a full iNat-full all-vs-all takes
-#: about 100 minutes on this 2-core machine, so two fractions give the time per query
-CPU_FRACTIONS = {"iNat-full": (1 / 32, 1 / 8), "GLDv2": (1.0,)}
+#: fractions of the queries measured on CPU (all queries on a GPU): iNat-full's two small fractions check
+#: that the full all-vs-all's time is linear in the queries (:func:`full_size`)
+CPU_FRACTIONS = {"iNat-full": (1 / 32, 1 / 8, 1.0), "GLDv2": (1.0,)}
 #: peak memory above the resident data per byte of ``memory_budget``: CPU from this benchmark's own
 #: runs (results/bench/eval.md), GPU from an H100 run of the counting path (metrics/core.py)
 BUDGET_FACTOR = {"cpu": 1.5, "cuda": 2.0}
@@ -246,20 +247,20 @@ def _isolated(*args) -> dict:
 
 
 def full_size(size: Size, runs: list[dict]) -> dict:
-    """The (size, device) row: measured when a run searched every query; otherwise the time extrapolated by
-    the straight line through the two largest fractions (the peak memory is that of the largest)."""
+    """The (size, device) row: the run with the most queries; its time for all queries measured when it
+    searched them all, else extrapolated. ``predicted_seconds``: the straight line through the two largest
+    fractions below all queries, evaluated at all queries (the peak memory is the largest run's)."""
     runs = sorted(runs, key=lambda r: r["queries"])
     last = runs[-1]
     row = {**last, "runs": runs, "extrapolated": last["queries"] < size.queries}
-    if row["extrapolated"]:
-        if len(runs) < 2:
-            raise ValueError(f"{size.name}: extrapolating needs two fractions, got {len(runs)}")
-        a, b = runs[-2], runs[-1]
-        per_query = (b["seconds"] - a["seconds"]) / (b["queries"] - a["queries"])
-        row["per_query_s"] = per_query
-        row["full_seconds"] = b["seconds"] + per_query * (size.queries - b["queries"])
-    else:
-        row["full_seconds"] = last["seconds"]
+    partial = [r for r in runs if r["queries"] < size.queries]
+    if len(partial) >= 2:
+        a, b = partial[-2:]
+        row["per_query_s"] = (b["seconds"] - a["seconds"]) / (b["queries"] - a["queries"])
+        row["predicted_seconds"] = b["seconds"] + row["per_query_s"] * (size.queries - b["queries"])
+    if row["extrapolated"] and "predicted_seconds" not in row:
+        raise ValueError(f"{size.name}: extrapolating needs two fractions, got {len(runs)}")
+    row["full_seconds"] = row["predicted_seconds"] if row["extrapolated"] else last["seconds"]
     return row
 
 
@@ -326,8 +327,13 @@ def render(record: dict) -> str:
         runs = "; ".join(f"{x['queries']:,} queries {x['seconds']:,.1f} s ({x['cpu_s']:,.0f} CPU s), "
                          f"peak {x['peak_mib']:,.0f} MiB "
                          f"(before the call {x['start_mib']:,.0f})" for x in r["runs"])
-        how = (f"time per query {r['per_query_s'] * 1e3:.1f} ms from the two runs, × {s['queries']:,} queries"
-               if r["extrapolated"] else "every query measured")
+        if r["extrapolated"]:
+            how = f"time per query {r['per_query_s'] * 1e3:.2f} ms from the two runs, × {s['queries']:,} queries"
+        elif "predicted_seconds" in r:
+            how = (f"every query measured; the two fractions predicted {r['predicted_seconds']:,.0f} s "
+                   f"({r['per_query_s'] * 1e3:.2f} ms per query)")
+        else:
+            how = "every query measured"
         largest = ", ".join(f"{n:,}" for n in r["largest"])
         lines.append(f"- {s['name']} on {r['device']}: {runs}; {how}. Largest class per level (images): "
                      f"{largest}. Labels: {s['source']}.")
