@@ -69,11 +69,12 @@ def test_choose_budget():
 
 def test_full_size_extrapolates_the_time_per_query():
     size = replace(TINY_INAT, queries=1000)
-    runs = [{"queries": 400, "seconds": 5.0}, {"queries": 100, "seconds": 2.0}]
+    runs = [{"queries": 400, "seconds": 5.0, "cpu_s": 8.0}, {"queries": 100, "seconds": 2.0, "cpu_s": 2.0}]
     row = bench.full_size(size, runs)
     assert row["per_query_s"] == pytest.approx(0.01) and row["full_seconds"] == pytest.approx(11.0)
+    assert row["predicted_cpu_s"] == pytest.approx(20.0) and row["extrapolated"]
     assert bench.full_size(size, [{"queries": 1000, "seconds": 3.0}])["full_seconds"] == 3.0
-    checked = bench.full_size(size, runs + [{"queries": 1000, "seconds": 12.0}])  # the full run measured too
+    checked = bench.full_size(size, runs + [{"queries": 1000, "seconds": 12.0, "cpu_s": 21.0}])  # full run too
     assert checked["full_seconds"] == 12.0 and checked["predicted_seconds"] == pytest.approx(11.0)
     assert not checked["extrapolated"]
     with pytest.raises(ValueError, match="two fractions"):
