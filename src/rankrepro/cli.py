@@ -502,11 +502,12 @@ def build_parser() -> argparse.ArgumentParser:
     hgldv2_cli.register(sub)
 
     p = sub.add_parser("bench", help="benchmarks that write results/bench/<what>.md")
-    p.add_argument("what", choices=["losses", "metrics", "plan", "pipeline", "demo", "train"])
+    p.add_argument("what", choices=["losses", "metrics", "plan", "pipeline", "demo", "train", "eval"])
     p.add_argument("--out", default="results/bench")
     p.add_argument("--device", help="cpu or cuda (metrics: default cpu, writes metrics-cuda.md on cuda; "
                    "losses: default every device present; pipeline: default cuda when present, "
-                   "cpu skips the GPU rows; train: likewise, and on cuda writes profiles/throughput/<gpu>.yaml)")
+                   "cpu skips the GPU rows; train: likewise, and on cuda writes profiles/throughput/<gpu>.yaml; "
+                   "eval: CPU rows always, GPU rows on cuda, default when present)")
     p.set_defaults(func=cmd_bench)
     return parser
 

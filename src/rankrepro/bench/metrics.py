@@ -40,6 +40,15 @@ STAGES = ("floor", "ours-ranked", "pml", "ours-full")
 CHUNK = 512  # rows per matrix product, as compute()'s default max_rows
 
 
+def long_tail_sizes(n: int, n_classes: int, rng: np.random.Generator) -> np.ndarray:
+    """Images per class, summing to ``n``: 2 each, the rest drawn with probability ∝ 1 / (i + 10)^0.9
+    for class i (a long tail, as iNaturalist's)."""
+    if n < 2 * n_classes:
+        raise ValueError("need at least two images per class")
+    w = 1.0 / (np.arange(n_classes) + 10.0) ** 0.9
+    return 2 + rng.multinomial(n - 2 * n_classes, w / w.sum())
+
+
 def make_data(n: int, n_classes: int, n_super: int, dim: int, seed: int = 0):
     """Random unit embeddings and [n, 2] tree labels (fine, super).
 
@@ -52,10 +61,9 @@ def make_data(n: int, n_classes: int, n_super: int, dim: int, seed: int = 0):
         raise ValueError("need at least two images per class")
     if n / n_classes < 10:  # SOP-like: 2..~12 images per class
         extra = rng.multinomial(n - 2 * n_classes, np.full(n_classes, 1.0 / n_classes))
+        sizes = 2 + extra
     else:  # iNat-like long tail
-        w = 1.0 / (np.arange(n_classes) + 10.0) ** 0.9
-        extra = rng.multinomial(n - 2 * n_classes, w / w.sum())
-    sizes = 2 + extra
+        sizes = long_tail_sizes(n, n_classes, rng)
     fine = rng.permutation(np.repeat(np.arange(n_classes), sizes))
     if n / n_classes < 10:  # SOP: 12 categories of similar size
         sup_of = rng.permutation(np.arange(n_classes) % n_super)

@@ -41,8 +41,12 @@ def gldv2_suprank(query, index, index_labels, ground_truth, *, metrics=None, **k
     qsel = np.flatnonzero(scored)
     isel = np.flatnonzero(keep_index)
     q = query[torch.from_numpy(qsel)] if isinstance(query, torch.Tensor) else np.asarray(query)[qsel]
-    g = index[torch.from_numpy(isel)] if isinstance(index, torch.Tensor) else np.asarray(index)[isel]
-    res = compute_plain(q, lab[first[qsel]], g, lab[isel], metrics=metrics, **kw)
+    if len(isel) == len(lab):  # every index image has its hierarchy: no copy of the index (6 GB at full size)
+        g, g_lab = index, lab
+    else:
+        g = index[torch.from_numpy(isel)] if isinstance(index, torch.Tensor) else np.asarray(index)[isel]
+        g_lab = lab[isel]
+    res = compute_plain(q, lab[first[qsel]], g, g_lab, metrics=metrics, **kw)
     res["n_scored"] = int(len(qsel))
     return res
 
