@@ -7,6 +7,7 @@ Snakemake and resumed from its checkpoint.
 Needs a running cluster with partitions ``cpu`` and ``gpu`` (one GPU declared) sharing this
 machine's file system: ``sudo tools/local_slurm.sh start``. Skipped when there is none, unless
 RANKREPRO_SLURM_REQUIRED=1 (CI): then that is a failure. Run it alone with ``pytest -m slurm``.
+The profile's placement of the whole demo is also checked without a cluster, in a dry run.
 The SLURM records come from ``squeue --states=all`` polled during the run (no accounting daemon
 needed; finished jobs stay in it for MinJobAge, an hour with tools/local_slurm.sh).
 """
@@ -29,7 +30,6 @@ import yaml
 
 from rankrepro.bench.plan import workflow_copy
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 PROFILE = "profiles/slurm-demo"
 TARGET = "results/tables/smooth_ap/table2.md"  # one run: sop-smooth_ap-<hash>
@@ -110,6 +110,12 @@ def _job_blocks(output: str) -> dict[str, dict]:
     return blocks
 
 
+def _profile_resources(wf: Path, rule: str) -> dict:
+    """The resources profiles/slurm-demo gives ``rule`` (default-resources, then its set-resources)."""
+    profile = yaml.safe_load((wf / PROFILE / "config.yaml").read_text())
+    return {**profile["default-resources"], **profile["set-resources"].get(rule, {})}
+
+
 def _cancel_when_checkpointed(jobs: list[SlurmJob], workdir: Path) -> tuple[str, str] | None:
     """scancel the first running train job whose run has written its checkpoint: (job id, run id).
     (A job that ended meanwhile stays COMPLETED: the test of the retry says so.)"""
@@ -120,6 +126,25 @@ def _cancel_when_checkpointed(jobs: list[SlurmJob], workdir: Path) -> tuple[str,
                 subprocess.run(["scancel", job.id], timeout=60)
                 return job.id, run_id
     return None
+
+
+@pytest.mark.slow
+def test_the_profile_places_the_whole_demo(tmp_path):
+    """Without a cluster, a dry run: the demo's GPU rules on partition gpu with one GPU, the other rules
+    on cpu, every job on one CPU within 4 GB (a 2-CPU node runs them all)."""
+    wf = workflow_copy(tmp_path)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", PROFILE], cwd=wf,
+                            capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    blocks = _job_blocks(result.stdout)
+    assert {"train_batch", "image_cache", "synthetic", "hgldv2_cluster"} <= {b["rule"] for b in blocks.values()}
+    for block in blocks.values():
+        res = block["resources"]
+        assert res["slurm_partition"] == _profile_resources(wf, block["rule"])["slurm_partition"], block
+        assert (res["slurm_partition"] == "gpu") == (block["rule"] in ("train", "train_batch", "evaluate")), block
+        assert res.get("gpu") == ("1" if res["slurm_partition"] == "gpu" else None), block
+        assert block["threads"] == int(res.get("cpus_per_task", 1)) == 1 and int(res["mem_mb"]) <= 4000, block
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +196,8 @@ def slurm_run(tmp_path_factory):
                            cancelled=cancelled)
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_the_table_is_built_through_slurm(slurm_run):
     assert slurm_run.returncode == 0, slurm_run.output[-5000:]
     for ext in ("md", "csv", "tex"):
@@ -180,6 +207,8 @@ def test_the_table_is_built_through_slurm(slurm_run):
     assert set(slurm_run.records) == {job.slurm_id for job in slurm_run.submitted}  # nothing else ran in wf
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_every_job_got_the_resources_snakemake_gave_it(slurm_run):
     """Partition, CPUs, memory, time limit and GPU of each SLURM job are those of its Snakemake job."""
     for job in slurm_run.submitted:
@@ -195,17 +224,19 @@ def test_every_job_got_the_resources_snakemake_gave_it(slurm_run):
         assert bool(re.search(rf"gpu[:=]{gpus}\b", record.gres)) == (gpus > 0), where
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_the_profile_keeps_its_partitions(slurm_run):
     """profiles/slurm-demo's placement reaches sbatch: the GPU rules on `gpu` with one GPU, the rest on `cpu`."""
-    profile = yaml.safe_load((slurm_run.wf / PROFILE / "config.yaml").read_text())
     for job in slurm_run.submitted:
         record = slurm_run.records[job.slurm_id]
-        wanted = {**profile["default-resources"], **profile["set-resources"].get(job.rule, {})}
-        assert record.partition == wanted["slurm_partition"], (job.rule, record)
+        assert record.partition == _profile_resources(slurm_run.wf, job.rule)["slurm_partition"], (job.rule, record)
     placed = {job.rule: slurm_run.records[job.slurm_id].partition for job in slurm_run.submitted}
     assert placed["train"] == placed["evaluate"] == "gpu" and placed["prepare"] == "cpu", placed
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_logs_are_where_the_rules_and_the_plugin_put_them(slurm_run):
     """Each job's rule log (its `log:`, under results/logs/<rule>/) and SLURM's own log of it
     (.snakemake/slurm_logs/rule_<rule>/<wildcards>/<jobid>.log, kept: slurm-keep-successful-logs)."""
@@ -217,6 +248,8 @@ def test_logs_are_where_the_rules_and_the_plugin_put_them(slurm_run):
         assert (slurm_run.wf / job.rule_log).exists(), job.rule_log
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_a_cancelled_training_is_retried_and_resumes(slurm_run):
     assert slurm_run.cancelled, ("no running train job with a checkpoint was seen: the training ended too soon "
                                  f"(raise EPOCHS={EPOCHS})")

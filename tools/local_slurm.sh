@@ -25,10 +25,12 @@
 # No accounting daemon (slurmdbd): `sacct` answers nothing, so profiles/slurm-demo sets
 # `slurm-status-command: squeue`; finished jobs stay visible to squeue and `scontrol show job`
 # for MinJobAge (1 hour here), and every finished job gets one line in $LOG_DIR/jobcomp.log
-# (JobCompType=jobcomp/filetxt: state, partition, time limit, CPUs, memory, GPUs).
-# Processes are tracked without cgroups (proctrack/linuxproc, task/none): limits are scheduled,
-# not enforced. A cancelled or timed-out job gets SIGTERM, then SIGKILL KillWait=30 s later
-# (SLURM's default, as on a real cluster).
+# (JobCompType=jobcomp/filetxt: state, partition, time limit, CPUs, memory).
+# A job asking for more than the node has is refused by sbatch (EnforcePartLimits=ALL: "More
+# processors requested than permitted"); with SLURM's default (NO) too many CPUs are accepted and
+# the job stays pending for ever (reason PartitionConfig). Processes are tracked without cgroups
+# (proctrack/linuxproc, task/none): limits are scheduled, not enforced. A cancelled or timed-out
+# job gets SIGTERM, then SIGKILL KillWait=30 s later (SLURM's default, as on a real cluster).
 set -euo pipefail
 
 GPU=${LOCAL_SLURM_GPU:-1}
