@@ -65,7 +65,8 @@ def test_replica_goes_through_download_and_prepare(name, prepared):
     table = manifest.table
     assert manifest.meta["dataset"] == name and manifest.meta["protocol"] == dataset.protocol
     assert manifest.meta["levels"] == list(dataset.levels) and manifest.meta["replica"] is True
-    assert list(table.columns) == ["path", "split", *level_columns(len(dataset.levels))]
+    assert list(table.columns) == ["path", "split", *level_columns(len(dataset.levels)), *dataset.extra_columns]
+    assert manifest.meta.get("extra_columns", []) == list(dataset.extra_columns)
     assert set(dataset.expected_counts) <= set(table["split"]), "every split of the real data is in the replica"
     assert all(p.is_file() for p in manifest.paths())
     for a, b in dataset.disjoint:

@@ -14,6 +14,10 @@ protocol, a name of :data:`rankrepro.metrics.protocols.PROTOCOLS`: ``same-set``,
 ``query-gallery``, ``vehicleid``, ``dyml``, ``gldv2-suprank``, ...), ``replica``
 (True for generated replicas), ``counts`` per split (``images``, ``classes``) and
 any dataset-specific entries (e.g. SOP's ``super_class_names``).
+
+A dataset may add per-row columns after the levels (its
+:attr:`~rankrepro.data.datasets.base.Dataset.extra_columns`); ``meta.json`` then lists them,
+in order, as ``extra_columns`` (VGGFace2 / IJB-C: face boxes and landmarks, IJB-C's ``instance``).
 """
 
 from __future__ import annotations
@@ -96,11 +100,11 @@ def write_manifest(directory: str | Path, table: pd.DataFrame, meta: dict) -> Ma
     """Validate and write a manifest atomically (meta.json last, so it marks completion)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    columns = level_columns(len(meta["levels"]))
-    missing = [c for c in ["path", "split", *columns] if c not in table.columns]
+    columns = ["path", "split", *level_columns(len(meta["levels"])), *meta.get("extra_columns", [])]
+    missing = [c for c in columns if c not in table.columns]
     if missing:
         raise ValueError(f"manifest table lacks columns {missing}")
-    table = table[["path", "split", *columns]].reset_index(drop=True)
+    table = table[columns].reset_index(drop=True)
     manifest = Manifest(table, dict(meta), directory)
     manifest.meta["counts"] = manifest.counts()
     atomic_write_text(directory / MANIFEST_CSV, table.to_csv(index=False))

@@ -70,7 +70,8 @@ class SourceFile:
     source file whose first whitespace-separated field is this file's md5 (GLDv2's
     ``md5.images_NNN.txt``). ``size``: bytes, for messages. ``extract``: an archive,
     extracted into ``<tree>/<into>``; otherwise the file is linked to
-    ``<tree>/<into>/<basename>``.
+    ``<tree>/<into>/<basename>``. ``optional``: a manual file the dataset reads when it is
+    there (VGGFace2's boxes and landmarks); its absence stops nothing.
     """
 
     name: str
@@ -80,6 +81,7 @@ class SourceFile:
     extract: bool = True
     into: str = ""
     checksum_file: str | None = None
+    optional: bool = False
 
 
 class Dataset:
@@ -99,6 +101,7 @@ class Dataset:
     ``images`` and the number of distinct labels per level name, checked unless the
     source is a replica. ``disjoint``: pairs of splits that must share no finest label.
     ``derived_from``: the dataset whose manifest :meth:`derive` transforms (no files).
+    ``extra_columns``: per-row manifest columns after the levels (listed in ``meta.json``).
     """
 
     _name: str = ""
@@ -114,6 +117,7 @@ class Dataset:
     expected_counts: dict[str, dict[str, int]] = {}
     disjoint: tuple[tuple[str, str], ...] = ()
     derived_from: str | None = None
+    extra_columns: tuple[str, ...] = ()
     #: files besides the base manifest that :meth:`derive` reads (the prepare rule's inputs)
     derive_inputs: tuple[str, ...] = ()
 
@@ -233,6 +237,8 @@ class Dataset:
             if expected and checksums.is_verified(dest, expected):
                 pass
             elif f.url is None:
+                if f.optional and not dest.is_file():
+                    continue
                 if not dest.is_file() or (expected and not checksums.verify(dest, expected)):
                     manual[f.name] = (expected, f.size)
                     continue
@@ -313,6 +319,8 @@ class Dataset:
                 "protocol": self.protocol, "replica": replica, **self.extra_meta(table)}
         if self.derived_from:
             meta["derived_from"] = self.derived_from
+        if self.extra_columns:
+            meta["extra_columns"] = list(self.extra_columns)
         return write_manifest(manifest_dir, table, meta)
 
     def read_base(self, folder: str | Path, replica: bool) -> Manifest:
