@@ -6,7 +6,10 @@ A manifest is a directory holding ``manifest.csv`` and ``meta.json``.
 ``meta["root"]`` and inside it: :func:`rankrepro.data.paths.leaves_root`), ``split`` (``train``, ``test``, ``query``, ``gallery`` ...),
 ``label`` (the finest level, an integer) and, for hierarchical datasets, one
 integer column per coarser level: ``level_1`` ... ``level_L`` (finest first:
-``label`` is level 0, ``level_1`` the next coarser one).
+``label`` is level 0, ``level_1`` the next coarser one). Optional columns (:data:`OPTIONAL_COLUMNS`) are kept
+when a dataset writes them: ``instance`` (read as a string) groups the images the evaluation
+treats as one instance (IJB-C: the frames of one video sighting, whose embeddings are averaged;
+:mod:`rankrepro.metrics.protocols.face`).
 
 ``meta.json`` holds ``dataset`` (the registered name), ``root`` (absolute image
 root), ``levels`` (the level names, finest first), ``protocol`` (the evaluation
@@ -29,6 +32,10 @@ from rankrepro.io import atomic_write_text
 
 MANIFEST_CSV = "manifest.csv"
 META_JSON = "meta.json"
+#: the optional column that groups the images of one evaluation instance (a string)
+INSTANCE_COLUMN = "instance"
+#: columns a dataset may add to ``manifest.csv`` (kept by :func:`write_manifest` when present)
+OPTIONAL_COLUMNS = (INSTANCE_COLUMN,)
 
 
 def level_columns(n_levels: int) -> list[str]:
@@ -100,7 +107,8 @@ def write_manifest(directory: str | Path, table: pd.DataFrame, meta: dict) -> Ma
     missing = [c for c in ["path", "split", *columns] if c not in table.columns]
     if missing:
         raise ValueError(f"manifest table lacks columns {missing}")
-    table = table[["path", "split", *columns]].reset_index(drop=True)
+    optional = [c for c in OPTIONAL_COLUMNS if c in table.columns]
+    table = table[["path", "split", *columns, *optional]].reset_index(drop=True)
     manifest = Manifest(table, dict(meta), directory)
     manifest.meta["counts"] = manifest.counts()
     atomic_write_text(directory / MANIFEST_CSV, table.to_csv(index=False))
@@ -111,5 +119,5 @@ def write_manifest(directory: str | Path, table: pd.DataFrame, meta: dict) -> Ma
 def read_manifest(directory: str | Path) -> Manifest:
     directory = Path(directory)
     meta = json.loads((directory / META_JSON).read_text())
-    table = pd.read_csv(directory / MANIFEST_CSV, dtype={"path": str, "split": str})
+    table = pd.read_csv(directory / MANIFEST_CSV, dtype={"path": str, "split": str, INSTANCE_COLUMN: str})
     return Manifest(table, meta, directory)
