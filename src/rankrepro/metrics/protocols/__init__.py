@@ -13,7 +13,7 @@ those of GLDv2 and faces are also importable from here.
 ======================  ========================================================================
 protocol (module)       what is searched against what
 ======================  ========================================================================
-same-set (plain)        SOP, CUB, Cars, iNaturalist, VGGFace2 test: every test image is a query
+same-set (plain)        SOP, CUB, Cars, iNaturalist: every test image is a query
                         against all the other test images (itself removed by index).
 query-gallery (plain)   In-shop: query split against the gallery split, nothing removed.
 vehicleid               VehicleID small / medium / large (800 / 1600 / 2400 IDs): all-vs-all

@@ -32,7 +32,7 @@ from rankrepro.data.manifest import INSTANCE_COLUMN, MANIFEST_CSV
 from ..core import compute_plain
 from .base import REGISTRY, Protocol, as_numpy
 
-__all__ = ["average_templates", "face_map", "identities", "Face", "DEFAULT_METRICS", "IJBC_MIN_INSTANCES"]
+__all__ = ["average_templates", "face_map", "Face", "DEFAULT_METRICS", "IJBC_MIN_INSTANCES"]
 
 DEFAULT_METRICS = ("mAP",)
 #: IJB-C: identities with fewer instances (images or videos) are removed [Smooth-AP §5.1]
