@@ -306,9 +306,9 @@ def test_missing_ground_truth_and_unwired_protocols_fail_clearly(base_run, manif
     (copy / "meta.json").write_text(json.dumps({**meta, "ground_truth": None}))
     with pytest.raises(ValueError, match="ground_truth"):
         evaluate(run_for(base_run, "gldv2"), copy, model_path, tmp_path / "x.json", device="cpu", progress=False)
-    (copy / "meta.json").write_text(json.dumps({**meta, "protocol": "face"}))
-    with pytest.raises(NotImplementedError, match=r"'face'.*supported: same-set, query-gallery, vehicleid, dyml, "
-                                                  r"gldv2-suprank"):
+    (copy / "meta.json").write_text(json.dumps({**meta, "protocol": "gldv2-official"}))
+    with pytest.raises(NotImplementedError, match=r"'gldv2-official'.*supported: same-set, query-gallery, vehicleid, "
+                                                  r"dyml, gldv2-suprank, face, ijbc"):
         evaluate(run_for(base_run, "gldv2"), copy, model_path, tmp_path / "x.json", device="cpu", progress=False)
     assert not (tmp_path / "x.json").exists()
 

@@ -17,7 +17,9 @@ any dataset-specific entries (e.g. SOP's ``super_class_names``).
 
 A dataset may add per-row columns after the levels (its
 :attr:`~rankrepro.data.datasets.base.Dataset.extra_columns`); ``meta.json`` then lists them,
-in order, as ``extra_columns`` (VGGFace2 / IJB-C: face boxes and landmarks, IJB-C's ``instance``).
+in order, as ``extra_columns`` (VGGFace2 / IJB-C: face boxes and landmarks; IJB-C's ``instance``,
+read as a string, groups the images the evaluation treats as one instance: the frames of one video
+sighting, whose embeddings are averaged, :mod:`rankrepro.metrics.protocols.face`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from rankrepro.io import atomic_write_text
 
 MANIFEST_CSV = "manifest.csv"
 META_JSON = "meta.json"
+#: the extra column that groups the images of one evaluation instance (a string)
+INSTANCE_COLUMN = "instance"
 
 
 def level_columns(n_levels: int) -> list[str]:
@@ -115,5 +119,5 @@ def write_manifest(directory: str | Path, table: pd.DataFrame, meta: dict) -> Ma
 def read_manifest(directory: str | Path) -> Manifest:
     directory = Path(directory)
     meta = json.loads((directory / META_JSON).read_text())
-    table = pd.read_csv(directory / MANIFEST_CSV, dtype={"path": str, "split": str})
+    table = pd.read_csv(directory / MANIFEST_CSV, dtype={"path": str, "split": str, INSTANCE_COLUMN: str})
     return Manifest(table, meta, directory)

@@ -13,7 +13,7 @@ those of GLDv2 and faces are also importable from here.
 ======================  ========================================================================
 protocol (module)       what is searched against what
 ======================  ========================================================================
-same-set (plain)        SOP, CUB, Cars, iNaturalist, VGGFace2 test: every test image is a query
+same-set (plain)        SOP, CUB, Cars, iNaturalist: every test image is a query
                         against all the other test images (itself removed by index).
 query-gallery (plain)   In-shop: query split against the gallery split, nothing removed.
 vehicleid               VehicleID small / medium / large (800 / 1600 / 2400 IDs): all-vs-all
@@ -31,13 +31,14 @@ gldv2-official (gldv2)  The official GLDv2 retrieval metric (DELF ``metrics.py``
                         the exact ground-truth index-image list; Public and Private are scored
                         separately, Ignored queries skipped; mAP@100 and P@{1,5,10,50,100}.
 face / ijbc (face)      Face retrieval mAP (Smooth-AP §5): same-set, full-list AP averaged over
-                        every instance. IJB-C: the frames of a video (a template / media id) are
-                        averaged into one L2-normalised vector, still images stay single
-                        instances, identities with fewer than 5 instances are removed.
+                        every instance (VGGFace2 test: every image). IJB-C: the frames of a video
+                        sighting (the manifest's ``instance`` column) are averaged into one
+                        L2-normalised vector, still images stay single instances, identities
+                        with fewer than 5 instances (after the averaging) are removed.
 ======================  ========================================================================
 
-``gldv2-official``, ``face`` and ``ijbc`` score arrays but read no manifest yet: no run evaluates
-with them (:func:`of_manifest` says so).
+``gldv2-official`` scores arrays but reads no manifest yet: no run evaluates with it
+(:func:`of_manifest` says so).
 """
 
 from __future__ import annotations

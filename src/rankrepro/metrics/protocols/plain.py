@@ -1,6 +1,6 @@
 """``same-set`` and ``query-gallery``: :func:`~rankrepro.metrics.core.compute_plain`'s own protocols.
 
-- ``same-set`` (SOP, CUB, Cars, iNaturalist, VGGFace2 test): every image of the ``test`` split is a
+- ``same-set`` (SOP, CUB, Cars, iNaturalist): every image of the ``test`` split is a
   query against all the other test images (itself removed by index).
 - ``query-gallery`` (In-shop): the ``query`` split against the ``gallery`` split, nothing removed.
 
