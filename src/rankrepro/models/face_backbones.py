@@ -99,16 +99,15 @@ IRESNET50_STAGES = {1: (64, 3), 2: (128, 4), 3: (256, 14), 4: (512, 3)}
 SE_REDUCTION = 16
 
 
-def _fill_num_batches_tracked(module: nn.Module, state: dict) -> dict:
-    """``state`` with a zero ``num_batches_tracked`` for every BatchNorm whose entry is missing: files saved
-    before PyTorch 0.4.1 (such as the 2018 pytorch-mcn ports) have none, and the counter is not used
-    by a BatchNorm with a momentum. Every other key must match exactly (strict loading)."""
-    state = dict(state)
-    for name, m in module.named_modules():
-        key = f"{name}.num_batches_tracked"
-        if isinstance(m, nn.modules.batchnorm._BatchNorm) and f"{name}.running_mean" in state and key not in state:
-            state[key] = torch.zeros((), dtype=torch.long)
-    return state
+def _load_by_key_names(module: nn.Module, name: str, state: dict) -> None:
+    """Load ``state`` into ``module`` by key names and shapes: every key must match, except the BatchNorm
+    ``num_batches_tracked`` counters, which files saved before PyTorch 0.4.1 (such as the 2018 pytorch-mcn
+    ports) lack and which then stay at 0 (a BatchNorm with a momentum does not use them)."""
+    result = module.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys if not k.endswith(".num_batches_tracked")]
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"{name} weights do not match the network: missing keys {missing[:5]} ({len(missing)} "
+                           f"in all), unexpected keys {result.unexpected_keys[:5]} ({len(result.unexpected_keys)} in all)")
 
 
 class SENet50_256(nn.Module):
@@ -163,9 +162,9 @@ class SENet50_256(nn.Module):
         return self.feat_extract(x.mean((2, 3), keepdim=True)).flatten(1)
 
     def load_weights(self, state: dict) -> None:
-        """Load ``senet50_256.pth`` (or a state dict saved from this module) strictly; missing
-        ``num_batches_tracked`` entries (files older than PyTorch 0.4.1) are filled with 0."""
-        self.load_state_dict(_fill_num_batches_tracked(self, state), strict=True)
+        """Load ``senet50_256.pth`` (or a state dict saved from this module) by key names
+        (:func:`_load_by_key_names`: all must match but the BatchNorm counters the 2018 file lacks)."""
+        _load_by_key_names(self, "senet50_256", state)
 
 
 class IBasicBlock(nn.Module):
@@ -226,5 +225,5 @@ class IResNet50(nn.Module):
 
     def load_weights(self, state: dict) -> None:
         """Load an arcface_torch ``iresnet50`` state dict (``backbone.pth``; or one converted from MXNet as
-        the module docstring says) strictly; missing ``num_batches_tracked`` entries are filled with 0."""
-        self.load_state_dict(_fill_num_batches_tracked(self, state), strict=True)
+        the module docstring says) by key names (:func:`_load_by_key_names`)."""
+        _load_by_key_names(self, "iresnet50", state)
