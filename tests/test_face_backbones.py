@@ -206,3 +206,15 @@ def test_registries_and_catalog_list_the_face_networks():
     assert {"senet50_256", "iresnet50"} <= set(BACKBONES.names()) and "identity" in POOLINGS.names()
     stored = catalog.load()
     assert {"senet50_256", "iresnet50"} <= set(stored["backbone"]) and "identity" in stored["pooling"]
+
+
+@pytest.mark.slow
+def test_iresnet50_embeds_and_trains_end_to_end():
+    """One backward pass through the retrieval head reaches the first convolution; ``features.weight`` stays
+    fixed (no gradient), as in arcface_torch."""
+    torch.manual_seed(0)
+    model = RetrievalNet("iresnet50", "none", pooling="identity", layernorm=False, projection=False, embed_dim=512)
+    out = model(torch.randn(2, 3, 112, 112))
+    assert out.shape == (2, 512)
+    out[0].dot(out[1]).backward()
+    assert model.backbone.conv1.weight.grad.abs().sum() > 0 and model.backbone.features.weight.grad is None

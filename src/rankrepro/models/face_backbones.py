@@ -2,7 +2,8 @@
 VGG's SE-ResNet-50-256D (``senet50_256``) and insightface's ArcFace ResNet-50 (``iresnet50``).
 
 Both are written here (no third-party model code) with the parameter names of their published
-weights, so that a local weights file loads strictly (``pretrained: <file>``); neither has
+weights, so that a local weights file loads by key names (``pretrained: <file>``; every key and
+shape must match, the BatchNorm counters of pre-0.4.1 files excepted); neither has
 ImageNet weights nor a download path (the files are manual, faces.md B.3). Both output the
 network's own embedding, a vector [B, D] (``output = "vector"``), which the retrieval head takes
 unchanged: model options ``pooling: identity, layernorm: false, projection: false, embed_dim: D``
@@ -52,8 +53,9 @@ exists only as MXNet files (``model-symbol.json`` + ``model-0000.params``, in in
 release). To use it, convert it once, offline, on a machine with ``mxnet`` (unmaintained: no
 wheels for Python >= 3.11; e.g. a Python 3.8 environment with ``mxnet==1.9.1``):
 ``mx.model.load_checkpoint(prefix, 0)`` gives arg/aux params named after insightface's MXNet
-``fresnet`` (``recognition/arcface_mxnet/symbol/fresnet.py``, ``residual_unit_v3``, output "E"),
-renamed to these keys by
+``fresnet`` (``recognition/arcface_mxnet/symbol/fresnet.py`` @ce3600a7; that this release uses its
+``residual_unit_v3`` and output "E", like insightface's other LResNet50E-IR models, is [unverified]
+until ``model-symbol.json`` is read), renamed to these keys by
 
     conv0 -> conv1, bn0 -> bn1, relu0_gamma -> prelu.weight, stage<s>_unit<u>_{bn1,conv1,bn2,conv2,bn3}
     -> layer<s>.<u-1>.{bn1,conv1,bn2,conv2,bn3}, stage<s>_unit<u>_relu1_gamma -> layer<s>.<u-1>.prelu.weight,
