@@ -24,8 +24,8 @@ ImageNet mean/std (RGB, pixels in [0, 1]), as the official SupRank code does for
 ``augreg_in21k`` (mean = std = 0.5); :data:`TIMM_BACKBONES` records both. A backbone whose
 weights expect another convention declares it in an ``input_convention`` attribute, an
 :class:`~rankrepro.models.input_convention.InputConvention` that its forward applies first:
-BN-Inception (BGR, 0-255, mean [104, 117, 128], std 1), ``senet50_256`` (RGB, 0-255, mean [131.0912, 103.8827, 91.4953], std 1),
-``iresnet50`` (RGB, (x/255 - 0.5)/0.5). DenseNet201 takes torchvision's convention, the pipeline's.
+BN-Inception (BGR, 0-255, mean [104, 117, 128], std 1), ``senet50_256`` (RGB, 0-255,
+mean [131.0912, 103.8827, 91.4953], std 1), ``iresnet50`` (RGB, (x/255 - 0.5)/0.5). DenseNet201 takes torchvision's convention, the pipeline's.
 
 BN-Inception's ImageNet weights are not on torchvision's or timm's download path (Cadene's
 pretrainedmodels, unmaintained): ``pretrained: imagenet`` reads them from torch hub's checkpoint

@@ -108,8 +108,9 @@ def _load_by_key_names(module: nn.Module, name: str, state: dict) -> None:
     result = module.load_state_dict(state, strict=False)
     missing = [k for k in result.missing_keys if not k.endswith(".num_batches_tracked")]
     if missing or result.unexpected_keys:
+        unexpected = result.unexpected_keys
         raise RuntimeError(f"{name} weights do not match the network: missing keys {missing[:5]} ({len(missing)} "
-                           f"in all), unexpected keys {result.unexpected_keys[:5]} ({len(result.unexpected_keys)} in all)")
+                           f"in all), unexpected keys {unexpected[:5]} ({len(unexpected)} in all)")
 
 
 class SENet50_256(nn.Module):
