@@ -68,7 +68,7 @@ def test_weights_from_a_file(tmp_path):
 def test_bad_names_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="unknown backbone 'vgg'; registered: .*resnet50"):
         build_backbone("vgg", "none")
-    with pytest.raises(ValueError, match="unknown pooling 'median'; registered: avg, cls, gem, max"):
+    with pytest.raises(ValueError, match="unknown pooling 'median'; registered: avg, cls, gem, identity, max"):
         build_pooling("median")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         build_backbone("resnet18", str(tmp_path / "missing.pt"))

@@ -1,4 +1,5 @@
-"""Backbones: convolutional ones return a [B, C, H, W] feature map, vision transformers their tokens.
+"""Backbones: convolutional ones return a [B, C, H, W] feature map, vision transformers their tokens,
+the face networks their embedding vector.
 
 ``pretrained`` is ``imagenet`` (the weights the official code uses, through torchvision's or
 timm's own download path and cache; BN-Inception's from a local file, see below), ``none``
@@ -11,8 +12,10 @@ a module with ``output`` (``"map"`` or ``"tokens"``), ``num_features`` (its chan
 width) and ``load_weights(state_dict)``, returned as it is -- :class:`TimmViT` (output
 ``"tokens"``: [B, 1 + N, D], the CLS token first, after the final LayerNorm),
 :class:`TorchvisionDenseNet` (``densenet201``) and
-:class:`~rankrepro.models.bninception.BNInception` (``bninception``).
-A pooling declares the input it takes (``input = "map"`` or ``"tokens"``) and
+:class:`~rankrepro.models.bninception.BNInception` (``bninception``), and the face networks of
+:mod:`rankrepro.models.face_backbones` (``senet50_256``, ``iresnet50``; output ``"vector"``: their own
+embedding [B, D], taken unchanged by pooling ``identity``; no ImageNet weights, a local file only).
+A pooling declares the input it takes (``input = "map"``, ``"tokens"`` or ``"vector"``) and
 :class:`~rankrepro.models.heads.RetrievalNet` refuses a pooling that does not suit its backbone.
 
 Input normalisation: :mod:`rankrepro.data.transforms` normalises every image with the
@@ -20,8 +23,9 @@ ImageNet mean/std (RGB, pixels in [0, 1]), as the official SupRank code does for
 (its dataset configs, ViTs included). timm's own data config agrees for DeiT-S but not for ViT-B/16
 ``augreg_in21k`` (mean = std = 0.5); :data:`TIMM_BACKBONES` records both. A backbone whose
 weights expect another convention declares it in an ``input_convention`` attribute, an
-:class:`~rankrepro.models.input_convention.InputConvention` that its forward applies first: BN-Inception (BGR, 0-255, mean
-[104, 117, 128], std 1). DenseNet201 takes torchvision's convention, the pipeline's.
+:class:`~rankrepro.models.input_convention.InputConvention` that its forward applies first:
+BN-Inception (BGR, 0-255, mean [104, 117, 128], std 1), ``senet50_256`` (RGB, 0-255,
+mean [131.0912, 103.8827, 91.4953], std 1), ``iresnet50`` (RGB, (x/255 - 0.5)/0.5). DenseNet201 takes torchvision's convention, the pipeline's.
 
 BN-Inception's ImageNet weights are not on torchvision's or timm's download path (Cadene's
 pretrainedmodels, unmaintained): ``pretrained: imagenet`` reads them from torch hub's checkpoint
@@ -157,6 +161,32 @@ def bninception(pretrained: str) -> nn.Module:
     return net
 
 
+def _face_backbone(name: str, network: str, weights: str, doc: str):
+    """A builder of :mod:`rankrepro.models.face_backbones`' class ``network`` (face weights only: no ``imagenet``)."""
+
+    def build(pretrained: str) -> nn.Module:
+        from rankrepro.models import face_backbones
+
+        if pretrained == "imagenet":
+            raise ValueError(f"backbone {name} has no ImageNet weights: pass pretrained: <path to {weights}> "
+                             "(a manual file, ../shared/spec/reference/faces.md B.3) or pretrained: none")
+        return getattr(face_backbones, network)()
+
+    build.__name__ = build.__qualname__ = name
+    build.__doc__ = doc
+    return build
+
+
+BACKBONES.register("senet50_256", _face_backbone(
+    "senet50_256", "SENet50_256", "senet50_256.pth",
+    "VGGFace2's SE-ResNet-50-256D (:class:`rankrepro.models.face_backbones.SENet50_256`): a 256-d vector "
+    "(pooling: identity); 224 px, RGB 0-255 minus its mean, std 1; weights: pretrained: <senet50_256.pth>."))
+BACKBONES.register("iresnet50", _face_backbone(
+    "iresnet50", "IResNet50", "an arcface_torch iresnet50 state dict",
+    "insightface arcface_torch's iresnet50 (:class:`rankrepro.models.face_backbones.IResNet50`): a 512-d vector "
+    "(pooling: identity); 112 px aligned faces, (x/255 - 0.5)/0.5 RGB; weights: pretrained: <state dict file>."))
+
+
 @BACKBONES.register("resnet_tiny")
 def resnet_tiny(pretrained: str) -> ResNet:
     """A ResNet with one BasicBlock per stage (for the demo and the tests; random init only)."""
@@ -260,8 +290,8 @@ def read_state_dict(path: str | Path) -> dict:
 def build_backbone(name: str, pretrained: str) -> tuple[nn.Module, int]:
     """Return (feature extractor without its pooling and classifier, output channels / token width).
 
-    The extractor's ``output`` attribute says what it returns: ``"map"`` ([B, C, H, W]) or
-    ``"tokens"`` ([B, 1 + N, D]); a state-dict file (``pretrained`` neither ``imagenet`` nor
+    The extractor's ``output`` attribute says what it returns: ``"map"`` ([B, C, H, W]),
+    ``"tokens"`` ([B, 1 + N, D]) or ``"vector"`` ([B, D]); a state-dict file (``pretrained`` neither ``imagenet`` nor
     ``none``) is loaded by the extractor's ``load_weights`` (a ResNet's: strictly)."""
     net = BACKBONES.build(name, context={"pretrained": pretrained})
     state = read_state_dict(pretrained) if pretrained not in ("imagenet", "none") else None

@@ -31,7 +31,10 @@ class RetrievalNet(nn.Module):
     ``imagenet``, ``none`` or a state-dict file; ``pooling``: a block of
     :data:`rankrepro.models.pooling.POOLINGS` (``{"name": "gem", "p": 3.0}``; a bare name
     takes its defaults) that suits the backbone's output (``cls`` for the vision transformers
-    ``deit_small`` and ``vit_base``, a spatial pooling for the ResNets); ``layernorm``: LayerNorm
+    ``deit_small`` and ``vit_base``, a spatial pooling for the ResNets, ``identity`` for the face
+    networks ``senet50_256`` and ``iresnet50``, which output their own embedding: with
+    ``layernorm: false, projection: false, embed_dim: 256 | 512`` the model's output is that embedding,
+    L2-normalised); ``layernorm``: LayerNorm
     without affine parameters before the projection (SupRank); ``l2_features``: L2 normalisation
     before the projection instead (SupRank's H-GLDv2 ResNet-101, whose projection is a PCA
     whitening of L2-normalised GeM features); ``embed_dim``: output size; ``freeze_bn``:
@@ -80,8 +83,10 @@ class RetrievalNet(nn.Module):
         produced, expected = getattr(self.backbone, "output", "map"), getattr(pool, "input", "map")
         if produced != expected:
             name = pooling if isinstance(pooling, str) else pooling.get("name")
-            hint = "pooling: cls" if produced == "tokens" else "a spatial pooling (avg, gem, max)"
-            what = {"map": "a [B, C, H, W] feature map", "tokens": "transformer tokens [B, 1 + N, D]"}
+            hints = {"tokens": "pooling: cls", "vector": "pooling: identity"}
+            hint = hints.get(produced, "a spatial pooling (avg, gem, max)")
+            what = {"map": "a [B, C, H, W] feature map", "tokens": "transformer tokens [B, 1 + N, D]",
+                    "vector": "its own embedding vector [B, D]"}
             raise ValueError(f"pooling {name!r} takes {what[expected]} but backbone {backbone!r} outputs "
                              f"{what[produced]}: use {hint}")
         if not projection and embed_dim != channels:

@@ -1,8 +1,8 @@
 """Global pooling of a backbone's output into [B, C].
 
-Each pooling says what it takes in ``input``: ``"map"`` (a convolutional [B, C, H, W] feature map)
-or ``"tokens"`` (a vision transformer's [B, 1 + N, D] tokens, CLS first); see
-:func:`rankrepro.models.backbones.build_backbone`."""
+Each pooling says what it takes in ``input``: ``"map"`` (a convolutional [B, C, H, W] feature map),
+``"tokens"`` (a vision transformer's [B, 1 + N, D] tokens, CLS first) or ``"vector"`` (a network's own
+embedding [B, D]: the face networks); see :func:`rankrepro.models.backbones.build_backbone`."""
 
 from __future__ import annotations
 
@@ -70,6 +70,20 @@ class ClsToken(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[:, 0]
+
+
+@POOLINGS.register("identity")
+class IdentityPooling(nn.Module):
+    """The backbone's own embedding vector [B, D], unchanged: the pooling of a backbone whose output is
+    ``"vector"`` (``senet50_256``, ``iresnet50``), whose networks pool (and project) themselves."""
+
+    input = "vector"
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
 
 
 def build_pooling(block: dict | str) -> nn.Module:
