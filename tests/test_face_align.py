@@ -98,7 +98,8 @@ def test_aligned_landmarks_land_on_the_template(scale, degrees, shift):
     assert _errors(_centroids(aligned, ARCFACE_TEMPLATE), ARCFACE_TEMPLATE).max() < 0.25  # well within 1 px
     # the warp taken the wrong way round (the landmarks->template matrix handed to PIL as the output->input map)
     matrix = similarity_transform(landmarks, ARCFACE_TEMPLATE)
-    wrong = image.transform((112, 112), Image.Transform.AFFINE, tuple(matrix.ravel()), resample=Image.Resampling.BILINEAR)
+    wrong = image.transform((112, 112), Image.Transform.AFFINE, tuple(matrix.ravel()),
+                            resample=Image.Resampling.BILINEAR)
     assert _errors(_centroids(wrong, ARCFACE_TEMPLATE), ARCFACE_TEMPLATE).max() > 1
 
 
@@ -193,7 +194,8 @@ def test_a_face_crop_needs_the_columns_and_reads_no_cache(tmp_path):
     with pytest.raises(ValueError, match=r"align5 needs the manifest columns lmk_x1, lmk_y1, .*'faces'"):
         ImageDataset(bare, T.PILToTensor(), face={"name": "align5", "size": 112})
     with pytest.warns(ImageCacheWarning, match="images.face"):
-        dataset = ImageDataset(bare, T.PILToTensor(), cache=tmp_path / "cache", face={"name": "extend_box", "factor": 0.3})
+        dataset = ImageDataset(bare, T.PILToTensor(), cache=tmp_path / "cache",
+                               face={"name": "extend_box", "factor": 0.3})
     assert dataset.source == "originals"
 
 
@@ -217,3 +219,32 @@ def test_images_face_null_keeps_every_run_id():
 def test_a_malformed_face_block_fails_the_plan(face):
     with pytest.raises(PlanError, match="images.face"):
         resolve_run("suprank_sop", {"name": "smooth_ap", "tau": 0.01}, {"images": {"face": face}})
+
+
+class _MeanColour(torch.nn.Module):
+    def forward(self, x):
+        return x.mean(dim=(2, 3))
+
+
+def test_evaluation_embeds_the_faces_of_the_run(tmp_path):
+    """embed_parts hands the run's images.face to its datasets: the red square's colour, not the grey image's."""
+    from rankrepro.engine.evaluate import embed_parts
+
+    square = dict(zip(BOX_COLUMNS, (20.0, 10.0, 16.0, 16.0)))
+    manifest = _face_manifest(tmp_path, [{"path": "a.png", **square}])
+    images = {"train_resize": None, "train_crop": 16, "rrc_scale": [1.0, 1.0], "rrc_ratio": [1.0, 1.0],
+              "test_resize": 16, "test_crop": 16}
+    colours = {}
+    for face in (None, {"name": "extend_box", "factor": 0.0}):
+        run = {"images": {**images, "face": face}, "amp": "none"}
+        out, _ = embed_parts(_MeanColour(), {"test": manifest}, True, run, torch.device("cpu"), progress=False)
+        colours[bool(face)] = out["test"][0]
+    assert colours[True][0] > colours[False][0] and colours[True][1] < colours[False][1]
+
+
+def test_gpu_decode_refuses_a_face_crop(tmp_path):
+    from rankrepro.engine.gpu_decode import EncodedImages
+
+    manifest = _face_manifest(tmp_path, [{"path": "a.png"}])
+    with pytest.raises(ValueError, match=r"gpu_decode cannot crop faces \(images.face\)"):
+        EncodedImages(ImageDataset(manifest, T.PILToTensor(), face={"name": "extend_box", "factor": 0.3}))
