@@ -11,6 +11,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from rankrepro.data.face_align import FaceCrop
 from rankrepro.data.image_files import READ_ERRORS, ImageReadError
 from rankrepro.data.manifest import Manifest
 
@@ -32,16 +33,24 @@ class ImageDataset(Dataset):
     ``transform`` starts with a compatible resize (:func:`rankrepro.data.cache.check_cache`);
     otherwise the originals are read and an :class:`~rankrepro.data.cache.ImageCacheWarning`
     says why. ``source`` tells which: ``"cache"`` or ``"originals"``.
+
+    ``face``: the run's ``images.face`` (None: the whole image): each image is cropped to its face
+    (:class:`rankrepro.data.face_align.FaceCrop`, from the manifest row's box and landmark columns) before
+    ``transform``. The boxes are in the originals' pixels, so such a dataset never reads a cache.
     """
 
-    def __init__(self, manifest: Manifest, transform, contiguous: bool = False, cache: str | Path | None = None):
+    def __init__(self, manifest: Manifest, transform, contiguous: bool = False, cache: str | Path | None = None,
+                 face: dict | None = None):
         self.manifest = manifest
         self.paths = manifest.paths()
         self.source = "originals"
+        #: the per-image face crop (images.face), or None
+        self.face = None if face is None else FaceCrop(face, manifest)
         if cache is not None:
             from rankrepro.data.cache import ImageCacheWarning, check_cache
 
-            reason = check_cache(cache, manifest, transform)
+            reason = (check_cache(cache, manifest, transform) if self.face is None
+                      else "images.face crops with boxes in the originals' pixels")
             if reason is None:
                 self.paths = [Path(cache) / p for p in manifest.table["path"]]
                 self.source = "cache"
@@ -64,4 +73,6 @@ class ImageDataset(Dataset):
         except READ_ERRORS as err:
             raise ImageReadError(f"cannot read image {path} ({self.manifest.describe_row(index)}): "
                                  f"{type(err).__name__}: {err}") from err
+        if self.face is not None:
+            image = self.face.crop(image, index)
         return self.transform(image), self.labels[index], index

@@ -4,6 +4,9 @@ Every backbone receives these tensors (RGB, pixels in [0, 1], then ImageNet mean
 weights expect another convention converts them first in its forward
 (:class:`rankrepro.models.input_convention.InputConvention`: BN-Inception's BGR, 0-255,
 mean [104, 117, 128]).
+
+A run's face crop (``images.face``) comes before them: :class:`rankrepro.data.images.ImageDataset` applies it
+to each image from its manifest row (:mod:`rankrepro.data.face_align`), so the resizes and crops below see the face.
 """
 
 from __future__ import annotations

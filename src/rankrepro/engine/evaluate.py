@@ -77,13 +77,14 @@ def embed_parts(model, parts: dict[str, Manifest], one_pass: bool, run: dict, de
     test transform, read from ``image_cache`` (None: the originals): each distinct image once, in one
     pass (``one_pass``), or each split in its own pass
     (:attr:`rankrepro.metrics.protocols.base.Protocol.one_embedding_pass`)."""
-    transform = test_transform(run["images"])
+    transform, face = test_transform(run["images"]), run["images"].get("face")
     if not one_pass:
-        out = {split: embed(model, ImageDataset(rows, transform, cache=image_cache), device, run["amp"], **loader)
+        out = {split: embed(model, ImageDataset(rows, transform, cache=image_cache, face=face), device, run["amp"],
+                            **loader)
                for split, rows in parts.items()}
         return out, int(sum(len(e) for e in out.values()))
     distinct, where = distinct_images(parts)
-    emb = embed(model, ImageDataset(distinct, transform, cache=image_cache), device, run["amp"], **loader)
+    emb = embed(model, ImageDataset(distinct, transform, cache=image_cache, face=face), device, run["amp"], **loader)
     return {split: emb[where[split]] for split in parts}, len(distinct.table)
 
 

@@ -31,6 +31,9 @@ class EncodedImages(Dataset):
     """The files of an :class:`~rankrepro.data.images.ImageDataset` as undecoded byte tensors."""
 
     def __init__(self, dataset):
+        if getattr(dataset, "face", None) is not None:
+            raise ValueError("runtime.gpu_decode cannot crop faces (images.face): the decoded images go straight to "
+                             "the train transform; turn gpu_decode off for this run")
         self.paths, self.labels = dataset.paths, dataset.labels
 
     def __len__(self) -> int:

@@ -106,7 +106,8 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
 
     seed_everything(run["seed"])
     manifest = read_manifest(manifest_dir).split(run["train_split"])
-    dataset = ImageDataset(manifest, train_transform(run["images"]), contiguous=True, cache=image_cache)
+    dataset = ImageDataset(manifest, train_transform(run["images"]), contiguous=True, cache=image_cache,
+                           face=run["images"].get("face"))
     sampler = build_sampler(run["sampler"], dataset.labels.numpy(), seed=run["seed"])
     model = build_model(run["model"]).to(dev, memory_format=runtime.memory_format(dev))
     forward = torch.compile(model) if runtime.compile else model  # the state dict stays the plain module's
@@ -135,7 +136,7 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
         print(f"resuming {run_id} from {ckpt_path} at {where}", file=sys.stderr)
     elif getattr(model, "projection_init", "random") == "pca":  # a fresh run only: a checkpoint holds the result
         init_projection_pca(model, ImageDataset(manifest, test_transform(run["images"]), contiguous=True,
-                                                cache=image_cache), device=dev, amp=amp, max_images=model.pca_images, seed=run["seed"], num_workers=num_workers)
+                                                cache=image_cache, face=run["images"].get("face")), device=dev, amp=amp, max_images=model.pca_images, seed=run["seed"], num_workers=num_workers)
 
     curve = TestCurve(run, manifest_dir, out_dir, dev, rows=None if state is None else state.get("curve", []),
                       batch_size=eval_batch_size, num_workers=num_workers, image_cache=eval_image_cache)

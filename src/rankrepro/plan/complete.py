@@ -38,7 +38,8 @@ def canonical_json(obj) -> str:
 #: keys added to the run record after run ids were fixed (dotted paths), with their defaults: :func:`run_id`
 #: leaves such a key out of the hash while it equals its default, so every run planned before the key existed
 #: keeps its id (results/runs/<id>/ stays where it is); any other value is hashed like every key
-ID_NEUTRAL_DEFAULTS = {"task": "retrieval", "eval.every": None, "eval.select": "last", "eval.select_by": None}
+ID_NEUTRAL_DEFAULTS = {"task": "retrieval", "eval.every": None, "eval.select": "last", "eval.select_by": None,
+                       "images.face": None}
 
 
 def _without_neutral_defaults(run: dict) -> dict:

@@ -58,7 +58,10 @@ def run_dir(run_id: str) -> str:
 
 def run_cache_size(run: dict) -> int | None:
     """The shorter side S of the run's image cache: its images.train_resize when that is an int
-    (a squash pair or null: no cache, the run reads the originals)."""
+    (a squash pair or null: no cache, the run reads the originals; nor with images.face, whose boxes are
+    in the originals' pixels)."""
+    if run["images"].get("face") is not None:
+        return None
     size = run["images"]["train_resize"]
     if isinstance(size, list) and len(size) == 1:
         size = size[0]

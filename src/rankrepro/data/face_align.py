@@ -1,0 +1,145 @@
+"""Face preprocessing before the usual resizes and crops: VGG's box extension and insightface's 5-point alignment.
+
+A run asks for it with ``images.face`` (run schema); :class:`FaceCrop` applies it to each image of an
+:class:`~rankrepro.data.images.ImageDataset` from its manifest row's columns (pixels of the stored image,
+NaN when absent): :data:`BOX_COLUMNS` ``box_x, box_y, box_w, box_h`` (top-left corner, width, height) and
+:data:`LANDMARK_COLUMNS` ``lmk_x1, lmk_y1, ..., lmk_x5, lmk_y5`` (left eye, right eye, nose, left and right
+mouth corners, in the order of the template below).
+
+* ``{name: extend_box, factor: f}`` — :func:`extend_box`, VGG's "tight" crop of VGGFace2: the face box
+  (MTCNN's, VGGFace2's ``loose_bb_*.csv``) extended by ``f`` (0.3 for VGG's networks) and clipped to the image.
+* ``{name: align5, size: s}`` — :func:`similarity_align`, insightface's ArcFace alignment: the least-squares
+  similarity transform of the 5 landmarks onto :data:`ARCFACE_TEMPLATE` (scaled by ``s / 112``), warped to
+  ``s`` × ``s``.
+
+Fallbacks (per image): ``align5`` without all 10 landmark values crops the box extended by
+:data:`VGG_FACTOR` instead; either crop without a box (any of the 4 values NaN, or a width or height <= 0)
+keeps the whole image.
+
+Coordinates are pixel-index coordinates as in OpenCV and insightface: pixel ``(i, j)`` (column, row)
+has its centre at ``(i, j)``; the template is in the same convention.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from PIL import Image
+
+__all__ = ["ARCFACE_TEMPLATE", "BOX_COLUMNS", "LANDMARK_COLUMNS", "VGG_FACTOR", "VGG_MIN_ASPECT", "FaceCrop",
+           "extend_box", "similarity_align", "similarity_transform"]
+
+BOX_COLUMNS = ("box_x", "box_y", "box_w", "box_h")
+LANDMARK_COLUMNS = tuple(f"lmk_{axis}{k}" for k in range(1, 6) for axis in "xy")
+
+#: insightface's 5-point ArcFace template for 112 × 112 crops (x, y): left eye, right eye, nose tip, left and
+#: right mouth corners — ``arcface_src`` of deepinsight/insightface python-package/insightface/utils/face_align.py
+#: @e896172e (named ``arcface_dst`` in later versions, whose ``estimate_norm`` scales it by ``image_size / 112``
+#: for sizes that are multiples of 112)
+ARCFACE_TEMPLATE = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
+                             [41.5493, 92.3655], [70.7299, 92.2041]])
+
+#: VGG's extension of the MTCNN box, in total (half on each side): ``det_tight_ratio = 0.3`` of
+#: ox-vgg/vgg_face2 standard_evaluation/demo_proj.m @78201f62 (README: "extended by a factor 0.3")
+VGG_FACTOR = 0.3
+#: demo_proj.m's ``scal_ratio_min = 112/128``: the crop is at least this wide relative to the box height
+VGG_MIN_ASPECT = 112 / 128
+
+
+def _round(value: float) -> int:
+    """Half away from zero for positives, as MATLAB's ``round``."""
+    return math.floor(value + 0.5)
+
+
+def extend_box(x: float, y: float, w: float, h: float, image_size: tuple[int, int],
+               factor: float = VGG_FACTOR) -> tuple[int, int, int, int] | None:
+    """``(left, top, right, bottom)`` (right and bottom exclusive) of the box ``x, y, w, h`` extended as VGG's
+    demo_proj.m does it, or None when the box is missing (a NaN), empty, or outside the image.
+
+    Centred on the box centre ``(cx, cy) = (x + w/2, y + h/2)``, the crop is ``H = (1 + factor) h`` high and
+    ``W = (1 + factor) max(w, 112/128 h)`` wide (``factor`` in total: ``factor/2`` on each side), each edge
+    rounded to the nearest pixel and clipped to the image (``image_size``: PIL's ``(width, height)``):
+    ``left = max(0, round(cx - W/2))``, ``right = min(width, round(cx + W/2))``, the same vertically."""
+    if not all(math.isfinite(v) for v in (x, y, w, h)) or w <= 0 or h <= 0:
+        return None
+    cx, cy = x + w / 2, y + h / 2
+    height = (1 + factor) * h
+    width = (1 + factor) * max(w, VGG_MIN_ASPECT * h)
+    left, top = max(0, _round(cx - width / 2)), max(0, _round(cy - height / 2))
+    right, bottom = min(image_size[0], _round(cx + width / 2)), min(image_size[1], _round(cy + height / 2))
+    if right <= left or bottom <= top:
+        return None
+    return left, top, right, bottom
+
+
+def similarity_transform(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The 2 × 3 matrix ``M = [s R | t]`` (scale ``s``, rotation ``R``, no reflection) minimising
+    ``sum_k |s R src_k + t - dst_k|^2``: Umeyama (1991), as scikit-image's ``SimilarityTransform.estimate``.
+
+    With centred points ``a_k = src_k - mean(src)``, ``b_k = dst_k - mean(dst)`` and ``A = (1/n) sum b_k a_k^T
+    = U S V^T``: ``R = U D V^T`` with ``D = diag(1, sign det A)``, ``s = tr(S D) / ((1/n) sum |a_k|^2)``,
+    ``t = mean(dst) - s R mean(src)``."""
+    src, dst = np.asarray(src, dtype=np.float64), np.asarray(dst, dtype=np.float64)
+    if src.shape != dst.shape or src.ndim != 2 or src.shape[1] != 2:
+        raise ValueError(f"similarity_transform: src {src.shape} and dst {dst.shape} must both be [n, 2]")
+    src_mean, dst_mean = src.mean(axis=0), dst.mean(axis=0)
+    a, b = src - src_mean, dst - dst_mean
+    variance = (a ** 2).sum(axis=1).mean()
+    if variance == 0:
+        raise ValueError("similarity_transform: the source points all coincide")
+    u, singular, vt = np.linalg.svd(b.T @ a / len(src))
+    d = np.array([1.0, 1.0 if np.linalg.det(u) * np.linalg.det(vt) >= 0 else -1.0])
+    rotation = u @ np.diag(d) @ vt
+    scale = float(singular @ d) / variance
+    return np.hstack([scale * rotation, (dst_mean - scale * rotation @ src_mean)[:, None]])
+
+
+def similarity_align(image: Image.Image, landmarks5, size: int = 112) -> Image.Image:
+    """``image`` warped to ``size`` × ``size`` by the similarity transform taking ``landmarks5`` ([5, 2], x y in
+    pixel-index coordinates) onto :data:`ARCFACE_TEMPLATE` × ``size / 112``: insightface's ``norm_crop``
+    (``cv2.warpAffine(img, M, (size, size), borderValue=0.0)``: bilinear, black outside the image).
+
+    PIL's affine warp maps each output pixel back into the input in its own coordinates (pixel ``i`` spans
+    ``[i, i + 1)``), so ``M``, which maps input pixel indices to output ones, is passed as
+    ``p_in = M^-1 (p_out - 1/2) + 1/2``."""
+    landmarks = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
+    matrix = similarity_transform(landmarks, ARCFACE_TEMPLATE * (size / 112))
+    inverse = np.linalg.inv(np.vstack([matrix, [0.0, 0.0, 1.0]]))[:2]
+    linear = inverse[:, :2]
+    offset = inverse[:, 2] + 0.5 - linear @ np.array([0.5, 0.5])
+    coefficients = (*linear[0], offset[0], *linear[1], offset[1])
+    return image.transform((size, size), Image.Transform.AFFINE, coefficients, resample=Image.Resampling.BILINEAR)
+
+
+class FaceCrop:
+    """The run's ``images.face`` crop for each row of a manifest table (module docstring).
+
+    ``config``: ``{"name": "extend_box", "factor": f}`` or ``{"name": "align5", "size": s}``; ``manifest``: a
+    :class:`~rankrepro.data.manifest.Manifest` (or split) whose table has :data:`BOX_COLUMNS`, and
+    :data:`LANDMARK_COLUMNS` for ``align5``. ``crop(image, index)`` crops the image of its row ``index``."""
+
+    def __init__(self, config: dict, manifest):
+        table = manifest.table
+        where = (f"{manifest.directory}/manifest.csv" if manifest.directory is not None
+                 else f"the manifest of dataset {manifest.meta.get('dataset')!r}")
+        self.name = config["name"]
+        if self.name not in ("extend_box", "align5"):
+            raise ValueError(f"images.face: unknown crop {self.name!r} (extend_box or align5)")
+        needed = list(BOX_COLUMNS) + (list(LANDMARK_COLUMNS) if self.name == "align5" else [])
+        missing = [c for c in needed if c not in table.columns]
+        if missing:
+            raise ValueError(f"images.face {self.name} needs the manifest columns {', '.join(missing)}, "
+                             f"absent from {where}")
+        self.factor = float(config["factor"]) if self.name == "extend_box" else VGG_FACTOR
+        self.size = int(config["size"]) if self.name == "align5" else None
+        self.boxes = table[list(BOX_COLUMNS)].to_numpy(dtype=np.float64)
+        self.landmarks = (table[list(LANDMARK_COLUMNS)].to_numpy(dtype=np.float64).reshape(-1, 5, 2)
+                          if self.name == "align5" else None)
+
+    def crop(self, image: Image.Image, index: int) -> Image.Image:
+        """Row ``index``'s face: aligned (``align5`` with 5 landmarks), else its extended box, else ``image``."""
+        if self.landmarks is not None and np.isfinite(self.landmarks[index]).all():
+            return similarity_align(image, self.landmarks[index], self.size)
+        box = extend_box(*self.boxes[index], image.size, self.factor)
+        return image if box is None else image.crop(box)
