@@ -105,6 +105,8 @@ LISTED = {
     "inat": INAT, "inat_base": INAT, "inat_full": INAT,
     "dyml_vehicle": DYML, "dyml_animal": DYML, "dyml_product": DYML,
     "gldv2": GLDV2, "gldv2_hier": GLDV2,
+    "vggface2": Listed("train_list.txt", 1, 0, None, joined="train/"),
+    "ijbc": Listed("protocols/archive/ijbc_metadata.csv", 2, 1, ",", joined="images/"),
 }
 REPLICA_OPTIONS = {"cars[folders]": {"layout": "folders"}}
 #: the listed path: climbing out at once, from inside (In-shop's parser takes only img/<4 parts>), absolute
