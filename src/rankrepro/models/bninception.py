@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rankrepro.models.input_convention import InputConvention
+from rankrepro.models.key_names import load_by_key_names
 
 __all__ = ["INPUT_CONVENTION", "MODULES", "WEIGHTS_FILE", "WEIGHTS_URL", "BNInception"]
 
@@ -127,10 +128,4 @@ class BNInception(nn.Module):
         (its classifier ``last_linear.*`` dropped; files older than PyTorch 0.4.1 lack the
         BatchNorm ``num_batches_tracked`` counters, which then start at 0) or one saved from a
         :class:`BNInception`. Any other missing or unexpected key is an error."""
-        state = {k: v for k, v in state.items() if not k.startswith("last_linear.")}
-        result = self.load_state_dict(state, strict=False)
-        missing = [k for k in result.missing_keys if not k.endswith(".num_batches_tracked")]
-        if missing or result.unexpected_keys:
-            raise RuntimeError(f"BN-Inception weights do not match the network: missing keys {missing[:5]} "
-                               f"({len(missing)} in all), unexpected keys {result.unexpected_keys[:5]} "
-                               f"({len(result.unexpected_keys)} in all)")
+        load_by_key_names(self, "BN-Inception", {k: v for k, v in state.items() if not k.startswith("last_linear.")})

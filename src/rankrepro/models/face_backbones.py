@@ -82,6 +82,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rankrepro.models.input_convention import InputConvention
+from rankrepro.models.key_names import load_by_key_names
 
 __all__ = ["IRESNET50_CONVENTION", "IRESNET50_STAGES", "SENET50_256_CONVENTION", "SENET50_256_STAGES",
            "IResNet50", "SENet50_256"]
@@ -99,18 +100,6 @@ IRESNET50_STAGES = {1: (64, 3), 2: (128, 4), 3: (256, 14), 4: (512, 3)}
 
 #: squeeze-excitation reduction of SENet50_256 (``_1x1_down`` has C / 16 channels)
 SE_REDUCTION = 16
-
-
-def _load_by_key_names(module: nn.Module, name: str, state: dict) -> None:
-    """Load ``state`` into ``module`` by key names and shapes: every key must match, except the BatchNorm
-    ``num_batches_tracked`` counters, which files saved before PyTorch 0.4.1 (such as the 2018 pytorch-mcn
-    ports) lack and which then stay at 0 (a BatchNorm with a momentum does not use them)."""
-    result = module.load_state_dict(state, strict=False)
-    missing = [k for k in result.missing_keys if not k.endswith(".num_batches_tracked")]
-    if missing or result.unexpected_keys:
-        unexpected = result.unexpected_keys
-        raise RuntimeError(f"{name} weights do not match the network: missing keys {missing[:5]} ({len(missing)} "
-                           f"in all), unexpected keys {unexpected[:5]} ({len(unexpected)} in all)")
 
 
 class SENet50_256(nn.Module):
@@ -166,8 +155,8 @@ class SENet50_256(nn.Module):
 
     def load_weights(self, state: dict) -> None:
         """Load ``senet50_256.pth`` (or a state dict saved from this module) by key names
-        (:func:`_load_by_key_names`: all must match but the BatchNorm counters the 2018 file lacks)."""
-        _load_by_key_names(self, "senet50_256", state)
+        (:func:`load_by_key_names`: all must match but the BatchNorm counters the 2018 file lacks)."""
+        load_by_key_names(self, "senet50_256", state)
 
 
 class IBasicBlock(nn.Module):
@@ -228,5 +217,5 @@ class IResNet50(nn.Module):
 
     def load_weights(self, state: dict) -> None:
         """Load an arcface_torch ``iresnet50`` state dict (``backbone.pth``; or one converted from MXNet as
-        the module docstring says) by key names (:func:`_load_by_key_names`)."""
-        _load_by_key_names(self, "iresnet50", state)
+        the module docstring says) by key names (:func:`load_by_key_names`)."""
+        load_by_key_names(self, "iresnet50", state)
