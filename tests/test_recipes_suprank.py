@@ -132,3 +132,17 @@ def test_a_column_runs_selector_must_name_a_column(tmp_path):
     (tmp_path / "suprank" / "table4.yaml").write_text(yaml.safe_dump(spec, allow_unicode=True))
     with pytest.raises(PlanError, match=r"table4.yaml: rows\[22\].column_runs.CUBB: no column has this group or key"):
         make_plan({"suprank": ["table4"]}, specs_dir=tmp_path)
+
+
+def test_a_per_loss_entry_of_a_spec_block_must_name_a_loss(tmp_path):
+    import yaml
+
+    from rankrepro.io import load_yaml
+    from rankrepro.plan.specs import SPECS_DIR
+
+    spec = load_yaml(SPECS_DIR / "suprank" / "table4.yaml")
+    spec["columns"][0]["run"]["per_loss"] = {"roadmapp": {"loss": {"lam": 0.2}}}
+    (tmp_path / "suprank").mkdir()
+    (tmp_path / "suprank" / "table4.yaml").write_text(yaml.safe_dump(spec, allow_unicode=True))
+    with pytest.raises(PlanError, match=r"table4.yaml: columns\[0\].run: per_loss.roadmapp: unknown loss 'roadmapp'"):
+        make_plan({"suprank": ["table4"]}, specs_dir=tmp_path)

@@ -127,7 +127,7 @@ def test_the_train_command_of_a_run_and_of_a_fused_run(plan_without_curves):
 def test_a_run_with_a_test_curve_trains_with_the_evaluations_batch_size_and_cache(plan):
     rid = run_with(plan, 256)
     assert plan.runs[rid]["eval"]["every"] == 20  # SupRank: test_eval_freq
-    dataset, folder = plan.runs[rid]["dataset"], f"results/runs/{rid}"
+    dataset = plan.runs[rid]["dataset"]
     cache = f"results/cache/{dataset}/s256"
     t = targets(plan)
     assert t.evaluates_in_train_job(rid) and not t.runtime["evaluate_in_train_job"]

@@ -64,7 +64,7 @@ class Planner:
         # fails, and a run that completed once completes again): cells that describe one run share its key
         key = canonical_json([data for _, data in all_layers])
         if key not in self._resolved:
-            merged, origins = merge_layers(apply_per_loss(all_layers, len(chain)))
+            merged, origins = merge_layers(apply_per_loss(all_layers, len(chain), self.catalog["loss"]))
             run = complete_run(merged, origins, self.catalog, self.schemas, context)
             self._resolved[key] = (run, run_id(run), provenance(run, origins))
         run, rid, origins = self._resolved[key]

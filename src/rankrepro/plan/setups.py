@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankrepro.plan.merge import get_path, merge_layers
+from rankrepro.plan.merge import get_path
 from rankrepro.plan.schema import PlanError, Schemas, load_yaml, rel_path, validate
 
 __all__ = ["PER_LOSS", "SETUPS_DIR", "Setup", "apply_per_loss", "check_per_loss", "load_setups", "setup_chain",
@@ -101,15 +101,22 @@ def check_per_loss(partial: dict, schemas: Schemas, where: str, prefix: tuple = 
                             f"{', '.join(sorted(losses))}")
 
 
-def apply_per_loss(layers: list[tuple[str, dict]], after: int) -> list[tuple[str, dict]]:
-    """``layers`` without their ``per_loss`` blocks, with the entries for the run's loss (the name the merged
-    layers end with) inserted after the first ``after`` layers (the setup's), in layer order, each labelled
-    ``<its layer>: per_loss.<name>``. An entry's ``loss`` block carries the name, so a later block naming the
-    same loss merges into it key by key (and one naming another loss replaces it whole)."""
-    name = get_path(merge_layers(layers)[0], ("loss", "name"))
+def apply_per_loss(layers: list[tuple[str, dict]], after: int, losses) -> list[tuple[str, dict]]:
+    """``layers`` without their ``per_loss`` blocks, with the entries for the run's loss inserted after the first
+    ``after`` layers (the setup's), in layer order, each labelled ``<its layer>: per_loss.<name>``. The run's loss
+    is the last name a layer gives ``loss.name`` (a block without a name merges into the one below it). An
+    entry's ``loss`` block carries the name, so a later block naming the same loss merges into it key by key
+    (and one naming another loss replaces it whole). :class:`PlanError` naming the layer when one of its
+    entries names a loss not in ``losses`` (the catalog's)."""
+    name = next((n for _, data in reversed(layers) if (n := get_path(data or {}, ("loss", "name"))) is not None), None)
     entries = []
     for label, data in layers:
-        entry = ((data or {}).get(PER_LOSS) or {}).get(name)
+        per_loss = (data or {}).get(PER_LOSS) or {}
+        unknown = sorted(set(per_loss) - set(losses))
+        if unknown:
+            raise PlanError(f"{label}: {PER_LOSS}.{unknown[0]}: unknown loss {unknown[0]!r}; registered: "
+                            f"{', '.join(sorted(losses))}")
+        entry = per_loss.get(name)
         if entry is not None:
             entries.append((f"{label}: {PER_LOSS}.{name}", {**entry, "loss": {**entry.get("loss", {}), "name": name}}))
     stripped = [(label, {k: v for k, v in (data or {}).items() if k != PER_LOSS}) for label, data in layers]

@@ -35,7 +35,7 @@ from rankrepro.plan.complete import run_id
 from rankrepro.plan.merge import get_path
 from rankrepro.plan.model import as_table_plan
 from rankrepro.plan.schema import PlanError, validate
-from rankrepro.plan.setups import sweep_layer
+from rankrepro.plan.setups import check_per_loss, sweep_layer
 from rankrepro.tables.formats import REPLICA_TEX, latex_table, md_row, md_rule, numbers_csv, tex_escape, write_outputs
 from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import REPLICA_NOTE, KindPlan, TableKind
@@ -367,6 +367,7 @@ class SweepTable(TableKind):
                                   (("panels", p, "reference", "run"), (panel.get("reference") or {}).get("run"))):
                 if block is not None:
                     validate(block, schemas.partial_run, where, prefix=prefix)
+                    check_per_loss(block, schemas, where, prefix)
             for i, value in enumerate(panel["values"]):
                 validate(sweep_layer(panel["param"], value), schemas.partial_run, where,
                          prefix=("panels", p, "values", i))
