@@ -137,6 +137,24 @@ def test_face_backbones_have_no_imagenet_weights(name):
         build_backbone(name, "imagenet")
 
 
+@pytest.mark.parametrize("name, named, filename", [("senet50_256", "vggface2", "senet50_256.pth"),
+                                                    ("iresnet50", "vggface2_arcface", "vgg2_resnet50_arcface_iresnet50.pth")])
+def test_named_face_weights_are_read_from_torch_hubs_cache(tmp_path, monkeypatch, name, named, filename):
+    """``pretrained: vggface2`` (SENet) / ``vggface2_arcface`` (ArcFace) read a manual file in torch hub's cache:
+    absent, the message names the file, where it goes and how to get it; present, it loads strictly."""
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
+    where = tmp_path / "hub" / "checkpoints" / filename
+    with pytest.raises(FileNotFoundError, match=rf"backbone {name}: pretrained: {named} reads {where}, which is "
+                                                r"absent\. It is a manual file: .*put it at"):
+        build_backbone(name, named)
+    net = build_backbone(name, "none")[0]
+    state = {k: torch.full_like(v, 0.5) if v.is_floating_point() else v for k, v in net.state_dict().items()}
+    where.parent.mkdir(parents=True)
+    torch.save(state, where)
+    loaded = build_backbone(name, named)[0].state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in state.items())
+
+
 # ----------------------------------------------------------------------------- outputs and inputs
 
 

@@ -123,7 +123,7 @@ def test_training_refuses_a_default_changed_in_code_without_rewriting_the_catalo
 
 @pytest.mark.parametrize("overrides, message", [
     ({"epochz": 3}, r"config run_overrides: \(top level\): Additional properties are not allowed \('epochz'"),
-    ({"epochs": -1}, r"config run_overrides: epochs: -1 is less than the minimum of 1"),
+    ({"epochs": -1}, r"config run_overrides: epochs: -1 is less than the minimum of 0"),
     ({"epochs": "3"}, r"config run_overrides: epochs: '3' is not of type 'integer'"),
     ({"loss": {"tau": 0}}, r"config run_overrides \(cell 'Fast-AP \[24\]' x sop_r1\): loss.tau: "
                            r"loss 'fast_ap' takes no parameter 'tau'; allowed: "),
@@ -224,7 +224,7 @@ def _spec_copy(tmp_path, edit):
     (lambda s: s["columns"][0].update(setup="suprank_sopp"), r"unknown setup 'suprank_sopp'"),
     (lambda s: s["rows"][1]["paper"].pop(), r"table1.yaml: rows\[1\].paper: 3 numbers for 4 columns"),
     (lambda s: s["columns"][1].update(metrc="R@1"), r"table1.yaml: columns\[1\]: Additional properties"),
-    (lambda s: s["rows"][2].update(run={"epochs": 0}), r"table1.yaml: rows\[2\].run.epochs: 0 is less than"),
+    (lambda s: s["rows"][2].update(run={"epochs": -2}), r"table1.yaml: rows\[2\].run.epochs: -2 is less than"),
 ])
 def test_a_bad_spec_names_its_file_and_key(tmp_path, edit, message):
     with pytest.raises(PlanError, match=message):
@@ -318,7 +318,8 @@ def test_the_selection_keys_leave_the_run_id_alone_at_their_defaults():
     assert (run["eval"]["every"], run["eval"]["select"], run["eval"]["select_by"]) == (None, "last", None)
     before = dict(run, eval={"metrics": run["eval"]["metrics"]})  # a record planned before the keys existed
     assert run_id(run) == run_id(before)
-    assert run["eval"] == {"metrics": run["eval"]["metrics"], "every": None, "select": "last", "select_by": None}
+    assert run["eval"] == {"metrics": run["eval"]["metrics"], "every": None, "select": "last", "select_by": None,
+                           "datasets": []}
     for key, value in (("every", 20), ("select_by", "R@1")):
         assert run_id(dict(run, eval={**run["eval"], key: value})) != run_id(run), key
 

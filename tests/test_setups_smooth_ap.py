@@ -1,8 +1,8 @@
 """Smooth-AP (ECCV 2020) training setups (src/rankrepro/plan/setups/smooth_ap.yaml) and
 table specs (src/rankrepro/tables/specs/smooth_ap/): every setup resolves through the planner,
 its key values are the paper's (or, where the paper is silent, the official code's, as the
-comments in the yaml say), every spec plans (runs, shared runs, pending face cells), and the
-demo profile's overrides still apply. Quotes: ../shared/papers/smooth_ap_eccv2020.txt; code:
+comments in the yaml say), every spec plans (runs, shared runs, the face tables' runs scored on two
+datasets), and the demo profile's overrides still apply. Quotes: ../shared/papers/smooth_ap_eccv2020.txt; code:
 ../shared/spec/reference/losses.md section 1."""
 
 import pytest
@@ -27,9 +27,10 @@ SETUPS = {
     "smooth_ap_vehicleid": "vehicleid",
     "smooth_ap_inat_224": "inat",
     "smooth_ap_inat_384": "inat",
+    "smooth_ap_vggface2": "vggface2",
 }
-TRAINED = sorted(s for s, d in SETUPS.items() if d)
-FACE = ("smooth_ap_vggface2", "smooth_ap_ijbc")  # planned (plan/planned.yaml)
+FACE = "smooth_ap_vggface2"
+TRAINED = sorted(s for s, d in SETUPS.items() if d and s != FACE)  # the ResNet-50 object / animal setups
 TABLES = [t for p, t in spec_names() if p == "smooth_ap"]
 
 
@@ -129,8 +130,8 @@ def _table(plan, table):
     return entry["spec"], entry["cells"], entry["runs"]
 
 
-@pytest.mark.parametrize("table, runs", [("table2", 2), ("table3", 1), ("table3_inat", 6), ("table4", 0),
-                                         ("table5", 0)])
+@pytest.mark.parametrize("table, runs", [("table2", 2), ("table3", 1), ("table3_inat", 6), ("table4", 8),
+                                         ("table5", 7)])
 def test_every_spec_plans_with_the_papers_run_count(plan, table, runs):
     spec, cells, run_ids = _table(plan, table)
     assert len(run_ids) == runs
@@ -175,13 +176,51 @@ def test_inat_baselines(plan):
     assert proxy["optimizer"]["groups"]["backbone"]["lr"] == 1e-5 and runs["FastAP [5]"]["optimizer"]["groups"]["loss"]["lr"] == 2e-5  # the head's
 
 
-@pytest.mark.parametrize("table", ["table4", "table5"])
-def test_face_tables_are_pending_on_their_planned_setups(plan, table):
+@pytest.mark.parametrize("table, n_runs", [("table4", 8), ("table5", 7)])
+def test_face_tables_plan_one_run_per_row_scored_on_both_datasets(plan, table, n_runs):
+    """Every cell has its run; a row's two cells share it: trained on VGGFace2, scored on its test set (mAP)
+    and on IJB-C (ijbc/mAP, the setup's eval.datasets)."""
     spec, cells, run_ids = _table(plan, table)
-    assert not run_ids and all(not c["run_ids"] for c in cells)
-    assert {c["pending"] for c in cells} == {f"setup {s} not implemented yet" for s in FACE}
-    assert [c["setup"] for c in spec["columns"]] == list(FACE)
-    assert all(c["metric"] == "mAP" for c in spec["columns"])
+    assert len(run_ids) == n_runs and all(c["run_ids"] and not c.get("pending") for c in cells)
+    assert [(c["setup"], c["metric"]) for c in spec["columns"]] == [(FACE, "mAP"), (FACE, "ijbc/mAP")]
+    by_row = {}
+    for c in cells:
+        by_row.setdefault(c["row"], set()).add(tuple(c["run_ids"]))
+    assert all(len(ids) == 1 for ids in by_row.values())
+    for rid in run_ids:
+        run = plan["runs"][rid]
+        assert run["dataset"] == "vggface2" and run["eval"]["datasets"] == ["ijbc"] and run["eval"]["metrics"] == ["mAP"]
+
+
+def test_the_face_setup_is_section_5_2():
+    run = resolve_run(FACE, SMOOTH_AP)
+    model = run["model"]  # 5.2: SENet-50 of [7] trained on VGGFace2, "the final 256D embedding", L2-normalised
+    assert (model["backbone"], model["pretrained"], model["embed_dim"]) == ("senet50_256", "vggface2", 256)
+    assert model["pooling"] == {"name": "identity"} and not model["projection"] and not model["layernorm"]
+    assert run["images"]["face"] == {"name": "extend_box", "factor": 0.3}  # "extended by the recommended amount"
+    assert run["images"]["test_resize"] == [224, 224] and run["images"]["test_crop"] == 224  # "resized to 224x224"
+    assert run["sampler"] == {"name": "m_per_class", "batch_size": 224, "samples_per_class": 4, "reduce_per_class": None}
+    groups = run["optimizer"]["groups"]  # Adam 1e-5, weight decay 4e-5
+    assert run["optimizer"]["name"] == "adam" and groups["net"]["lr"] == 1e-5 and groups["net"]["weight_decay"] == 4e-5
+    assert run["base_loss"] == {"name": "softmax"}  # [choice] the base loss kept (faces.md B.2)
+    assert run["epochs"] == 1 and run["schedule"]["name"] == "constant"  # [choice]: not stated
+
+
+def test_table4_base_rows_are_evaluate_only_and_the_arcface_rows_swap_the_network(plan):
+    spec, cells, _ = _table(plan, "table4")
+    runs = {spec["rows"][c["row"]]["method"]: plan["runs"][c["run_ids"][0]] for c in cells}
+    for base in ("VGGFace2 Softmax", "ArcFace"):
+        assert runs[base]["epochs"] == 0 and runs[base]["base_loss"] is None
+    for method, run in runs.items():
+        arcface = method.startswith("ArcFace")
+        assert run["model"]["backbone"] == ("iresnet50" if arcface else "senet50_256")
+        assert run["model"]["embed_dim"] == (512 if arcface else 256)
+        assert run["images"]["face"]["name"] == ("align5" if arcface else "extend_box")
+        if run["epochs"]:
+            assert run["base_loss"]["name"] == ("arcface" if arcface else "softmax")
+    assert runs["ArcFace"]["model"]["pretrained"] == "vggface2_arcface" and runs["ArcFace"]["images"]["test_crop"] == 112
+    assert runs["VGGFace2 +Pairwise"]["loss"]["neg_margin"] == 0.5  # [choice], faces.md B.2
+    assert runs["ArcFace +Triplet"]["loss"]["mining"] == "semihard" and runs["ArcFace +Triplet"]["loss"]["margin"] == 0.2
 
 
 def test_table5_varies_one_parameter_at_a_time():
@@ -195,20 +234,13 @@ def test_table5_varies_one_parameter_at_a_time():
     assert len(set(configs)) == 7
 
 
-# ------------------------------------------------------------------------- face (planned)
+# ------------------------------------------------------------------------- face
 
 
-def test_face_setups_are_planned_not_defined():
-    assert set(FACE) <= load_planned()["setups"] and not set(FACE) & set(load_setups())
-    assert not {"vggface2", "ijbc"} & load_planned()["datasets"]  # registered datasets (data/datasets/)
-    assert {"softmax", "arcface"} <= load_planned()["losses"]  # Table 4's base rows
-
-
-def test_the_arcface_rows_of_table4():
-    """Table 4's ArcFace rows: 112x112 crops, 512-d (the face setups themselves are planned)."""
-    arcface = [r for r in load_spec("smooth_ap", "table4")["rows"] if r["method"].startswith("ArcFace")]
-    assert len(arcface) == 4 and all(r["run"]["images"]["test_crop"] == 112 and r["run"]["model"]["embed_dim"] == 512
-                                     for r in arcface)
+def test_no_face_name_is_left_planned():
+    planned = load_planned()
+    assert not {FACE, "smooth_ap_ijbc"} & planned["setups"] and not {"vggface2", "ijbc"} & planned["datasets"]
+    assert not {"softmax", "arcface"} & planned["losses"]  # registered: rankrepro.losses.face
 
 
 # -------------------------------------------------------------------------------- demo

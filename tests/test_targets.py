@@ -146,7 +146,7 @@ def test_batches_and_the_train_job_that_adopts_a_batched_run(plan):
     batch = W(batch=name)
     assert t.batch_run_configs(batch) == [f"results/runs/{rid}/run.json" for rid in ids]
     dataset = plan.runs[ids[0]]["dataset"]
-    assert t.batch_manifest(batch) == f"results/manifests/{dataset}/meta.json"
+    assert t.batch_manifest(batch) == [f"results/manifests/{dataset}/meta.json"]
     assert t.batch_manifest_dir(batch) == f"results/manifests/{dataset}"
     assert t.batch_runtime(batch) == t.cluster.runtime_minutes([Work(rid, True, True) for rid in ids])  # tests/test_cluster_resources.py
     caches = t.run_train_cache(W(run_id=ids[0])) + t.run_eval_cache(W(run_id=ids[0]))

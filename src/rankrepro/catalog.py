@@ -21,7 +21,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["REGISTRIES", "COMPONENTS", "NAME_REFS", "CATALOG_PATH", "load", "live", "write", "diff", "CatalogError"]
+__all__ = ["REGISTRIES", "COMPONENTS", "OPTIONAL_COMPONENTS", "NAME_REFS", "CATALOG_PATH", "load", "live", "write", "diff", "CatalogError"]
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
 
@@ -40,7 +40,8 @@ REGISTRIES = {
 }
 
 #: the component blocks of a run: key path -> (catalog kind, keys of the block that are not the
-#: builder's parameters); the planner fills their defaults, training checks them (:func:`check_run`)
+#: builder's parameters); the planner fills their defaults, training checks them (:func:`check_run`).
+#: A block of :data:`OPTIONAL_COMPONENTS` may be null (none).
 COMPONENTS = {
     ("model",): ("model", ()),
     ("model", "pooling"): ("pooling", ()),
@@ -48,7 +49,9 @@ COMPONENTS = {
     ("optimizer",): ("optimizer", ("groups",)),
     ("schedule",): ("schedule", ()),
     ("loss",): ("loss", ("memory",)),
+    ("base_loss",): ("loss", ()),
 }
+OPTIONAL_COMPONENTS = {("base_loss",)}
 #: the values of a run that name a registered component: key path -> catalog kind
 NAME_REFS = {("dataset",): "dataset", ("model", "backbone"): "backbone", ("task",): "task"}
 
@@ -141,7 +144,9 @@ def check_run(run: dict, path: str | Path | None = None) -> None:
     for key_path, (kind, extra) in COMPONENTS.items():
         block = run
         for key in key_path:
-            block = block[key]
+            block = block.get(key)
+        if block is None and key_path in OPTIONAL_COMPONENTS:
+            continue
         params = {k: v for k, v in block.items() if k != "name" and k not in extra}
         try:
             entry = registry(kind).get(block["name"])

@@ -9,6 +9,7 @@ rule evaluate:
         run="results/runs/{run_id}/run.json",
         model="results/runs/{run_id}/model.pt",
         manifest=TARGETS.run_manifest,
+        eval_manifests=TARGETS.eval_manifests,
         cache=ancient(TARGETS.run_eval_cache),
     output:
         **evaluate_outputs(),

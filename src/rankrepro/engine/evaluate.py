@@ -131,24 +131,37 @@ def evaluate(run: dict, manifest_dir: str | Path, model_path: str | Path, out_pa
 
     ``metrics`` are the final model's; ``epoch``, ``select`` and ``best_test`` (the best epoch on the
     test set, from the test curve ``curve.csv`` beside ``model_path`` when the run has one) are
-    :func:`rankrepro.engine.selection.selection_record`'s."""
+    :func:`rankrepro.engine.selection.selection_record`'s.
+
+    The run's ``eval.datasets`` (other datasets, their manifests beside ``manifest_dir``:
+    ``<parent>/<name>``) are scored too, each under its own protocol from its original images: their
+    metrics join ``metrics`` as ``"<name>/<metric>"`` and ``other_datasets`` records their protocol,
+    splits, image count and seconds (the test curve scores the run's own dataset only: the others' best epoch is the last)."""
     dev = resolve_device(device)
     manifest = read_manifest(manifest_dir)
-    protocols.of_manifest(manifest)  # an unknown protocol fails before the model loads
+    others = {name: read_manifest(Path(manifest_dir).parent / name) for name in run["eval"].get("datasets", [])}
+    for m in (manifest, *others.values()):
+        protocols.of_manifest(m)  # an unknown protocol fails before the model loads
     model = load_model(model_path, dev)
-    scored = score(model, manifest, run, dev, batch_size=batch_size, num_workers=num_workers, progress=progress,
-                   image_cache=image_cache)
+    options = {"batch_size": batch_size, "num_workers": num_workers, "progress": progress}
+    scored = score(model, manifest, run, dev, image_cache=image_cache, **options)
     curve = read_curve(Path(model_path).parent / CURVE_FILE)
+    metrics, other_records = dict(scored["metrics"]), {}
+    for name, other in others.items():
+        extra = score(model, other, run, dev, **options)
+        metrics.update({f"{name}/{key}": value for key, value in extra.pop("metrics").items()})
+        other_records[name] = {**extra, "replica": bool(other.meta.get("replica", False))}
     result = {
         "run_id": run_id,
         "dataset": run["dataset"],
         "protocol": scored["protocol"],
         "splits": scored["splits"],
-        "replica": bool(manifest.meta.get("replica", False)),
+        "replica": bool(manifest.meta.get("replica", False)) or any(r["replica"] for r in other_records.values()),
         "n_images": scored["n_images"],
-        "metrics": scored["metrics"],
+        "metrics": metrics,
         "seconds": scored["seconds"],
-        **selection_record(run, scored["metrics"], curve),
+        **({"other_datasets": other_records} if other_records else {}),
+        **selection_record(run, metrics, curve),
     }
     atomic_write_json(out_path, result)
     return result

@@ -62,11 +62,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_loss(block: dict, labels: np.ndarray, embed_dim: int):
-    """The run's loss (``{"name", "memory", **hyper-parameters}``, every one pinned by the plan), given
-    the training set's sizes as context when its signature asks for them: ``num_classes`` (finest
-    level), ``num_classes_per_level`` (finest first) and ``embedding_size`` (proxy-based losses)."""
-    return losses.build(**block, context=data_context(labels.max(axis=0) + 1, embed_dim))
+def build_loss(block: dict, labels: np.ndarray, embed_dim: int, base: dict | None = None):
+    """The run's loss (``{"name", "memory", **hyper-parameters}``, every one pinned by the plan), with its
+    ``base_loss`` block (``base``; None: none) added, given the training set's sizes as context when a
+    signature asks for them: ``num_classes`` (finest level), ``num_classes_per_level`` (finest first) and
+    ``embedding_size`` (proxy-based losses)."""
+    return losses.build(**block, base=base, context=data_context(labels.max(axis=0) + 1, embed_dim))
 
 
 def _history_csv(history: list[dict]) -> str:
@@ -110,8 +111,11 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
                            face=run["images"].get("face"))
     sampler = build_sampler(run["sampler"], dataset.labels.numpy(), seed=run["seed"])
     model = build_model(run["model"]).to(dev, memory_format=runtime.memory_format(dev))
+    if run["epochs"] == 0:  # an evaluate-only run: the model as built (its pretrained weights), nothing trained
+        return _save_model(out_dir, run_id, run, model, criterion_state={}, history=[])
     forward = torch.compile(model) if runtime.compile else model  # the state dict stays the plain module's
-    criterion = build_loss(run["loss"], dataset.labels.numpy(), run["model"]["embed_dim"]).to(dev)
+    criterion = build_loss(run["loss"], dataset.labels.numpy(), run["model"]["embed_dim"],
+                           run.get("base_loss")).to(dev)
     optimizer = build_optimizer(run["optimizer"], model, criterion)
     scheduler = build_scheduler(run["schedule"], optimizer, run["epochs"])
     scaler = grad_scaler(dev, amp)
@@ -214,10 +218,16 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
                 raise stopped(f"after epoch {epoch + 1}")
 
     loader.close()
+    model_path = _save_model(out_dir, run_id, run, model, criterion.state_dict(), history)
+    ckpt_path.unlink(missing_ok=True)
+    return model_path
+
+
+def _save_model(out_dir: Path, run_id: str, run: dict, model, criterion_state: dict, history: list[dict]) -> Path:
+    """Write the final ``model.pt`` (the model's and the loss's state) and ``history.csv``; return the model's path."""
     model_path = out_dir / "model.pt"
     with atomic_path(model_path) as tmp:
         torch.save({"run_id": run_id, "model_cfg": run["model"], "state_dict": model.state_dict(),
-                    "criterion": criterion.state_dict()}, tmp)
+                    "criterion": criterion_state}, tmp)
     atomic_write_text(out_dir / "history.csv", _history_csv(history))
-    ckpt_path.unlink(missing_ok=True)
     return model_path

@@ -70,11 +70,14 @@ def data_context(num_classes_per_level, embedding_size: int) -> dict:
     return {"num_classes": counts[0], "num_classes_per_level": counts, "embedding_size": int(embedding_size)}
 
 
-def build(name: str, memory: dict | None = None, context: dict | None = None, **hparams) -> torch.nn.Module:
+def build(name: str, memory: dict | None = None, context: dict | None = None, base: dict | None = None,
+          **hparams) -> torch.nn.Module:
     """Instantiate the loss registered as ``name`` with keyword hyper-parameters.
 
     ``memory`` (``{"size": N, "warmup_epochs": E}``) wraps it in a cross-batch memory
-    (:class:`rankrepro.losses.memory.MemoryLoss`). ``context``: the training set's sizes
+    (:class:`rankrepro.losses.memory.MemoryLoss`). ``base`` (a loss block ``{"name", **hparams}``,
+    built with the same ``context``) is added to it (:class:`rankrepro.losses.combined.WithBase`: the
+    face networks' own classification loss kept under an appended one). ``context``: the training set's sizes
     (``num_classes``, ``num_classes_per_level``, ``embedding_size``), passed only to the
     losses whose signature takes them (sizes given as keywords, ``build("csl",
     num_classes_per_level=[...], embedding_size=...)``, are taken as context too). Unknown or
@@ -99,7 +102,11 @@ def build(name: str, memory: dict | None = None, context: dict | None = None, **
     if memory is not None:
         from .memory import MemoryLoss
 
-        return MemoryLoss(loss, **memory)
+        loss = MemoryLoss(loss, **memory)
+    if base is not None:
+        from .combined import WithBase
+
+        loss = WithBase(loss, build(**base, context=context))
     return loss
 
 

@@ -287,12 +287,41 @@ def read_state_dict(path: str | Path) -> dict:
     return state
 
 
+#: (backbone, pretrained name) -> the manual weights file it reads from torch hub's cache (:func:`hub_checkpoint`),
+#: and how to get it (../shared/spec/reference/faces.md B.3): no public copy is served, so nothing downloads them
+NAMED_WEIGHTS = {
+    ("senet50_256", "vggface2"): (
+        "senet50_256.pth", "VGGFace2's PyTorch port of SE-ResNet-50-256D (senet50_256_pytorch.tar.gz, formerly on the "
+        "VGGFace2 site; ox-vgg/vgg_face2 README): extract senet50_256.pth"),
+    ("iresnet50", "vggface2_arcface"): (
+        "vgg2_resnet50_arcface_iresnet50.pth", "insightface's VGG2-ResNet50-Arcface (MXNet, in its IJB release), "
+        "converted once to this state dict as rankrepro.models.face_backbones explains; or train an arcface_torch "
+        "iresnet50 on aligned VGGFace2 and save its state dict"),
+}
+
+
+def named_weights_file(name: str, pretrained: str) -> str:
+    """The file a named face-weights ``pretrained`` of backbone ``name`` reads (:data:`NAMED_WEIGHTS`), or
+    ``pretrained`` unchanged; a :class:`FileNotFoundError` naming the file, where it goes and how to get it
+    when it is absent."""
+    if (name, pretrained) not in NAMED_WEIGHTS:
+        return pretrained
+    filename, how = NAMED_WEIGHTS[(name, pretrained)]
+    path = hub_checkpoint(filename)
+    if not path.is_file():
+        raise FileNotFoundError(f"backbone {name}: pretrained: {pretrained} reads {path}, which is absent. It is a "
+                                f"manual file: {how}; put it at {path} (or pass pretrained: <path to it>).")
+    return str(path)
+
+
 def build_backbone(name: str, pretrained: str) -> tuple[nn.Module, int]:
     """Return (feature extractor without its pooling and classifier, output channels / token width).
 
     The extractor's ``output`` attribute says what it returns: ``"map"`` ([B, C, H, W]),
     ``"tokens"`` ([B, 1 + N, D]) or ``"vector"`` ([B, D]); a state-dict file (``pretrained`` neither ``imagenet`` nor
-    ``none``) is loaded by the extractor's ``load_weights`` (a ResNet's: strictly)."""
+    ``none``; a name of :data:`NAMED_WEIGHTS` reads its file) is loaded by the extractor's ``load_weights`` (a
+    ResNet's: strictly)."""
+    pretrained = named_weights_file(name, pretrained)
     net = BACKBONES.build(name, context={"pretrained": pretrained})
     state = read_state_dict(pretrained) if pretrained not in ("imagenet", "none") else None
     if not isinstance(net, ResNet):  # a feature extractor: output, num_features, load_weights

@@ -67,7 +67,8 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
             tables_out[f"{paper}/{table}"] = TablePlan(
                 paper, table, {k: v for k, v in spec.items() if k != "_file"}, planned.cells, sorted(planned.runs),
                 planned.datasets, spec["_file"] if kind.records_spec_file else None)
-    datasets = plan_datasets({run["dataset"] for run in runs.values()} | read_datasets, datasets_config,
+    datasets = plan_datasets({d for run in runs.values() for d in (run["dataset"], *run["eval"]["datasets"])}
+                             | read_datasets, datasets_config,
                              planner.catalog["dataset"])
     synthetic = {"names": [], "scale": "paper", "seed": 0, **(synthetic or {})}
     for name in synthetic["names"]:

@@ -17,7 +17,7 @@ import copy
 import hashlib
 import json
 
-from rankrepro.catalog import COMPONENTS, NAME_REFS
+from rankrepro.catalog import COMPONENTS, NAME_REFS, OPTIONAL_COMPONENTS
 from rankrepro.plan.groups import complete_groups
 from rankrepro.plan.merge import get_path, origin_of
 from rankrepro.plan.schema import PlanError, Schemas, dotted, fill_schema_defaults, first_error
@@ -39,7 +39,7 @@ def canonical_json(obj) -> str:
 #: leaves such a key out of the hash while it equals its default, so every run planned before the key existed
 #: keeps its id (results/runs/<id>/ stays where it is); any other value is hashed like every key
 ID_NEUTRAL_DEFAULTS = {"task": "retrieval", "eval.every": None, "eval.select": "last", "eval.select_by": None,
-                       "images.face": None}
+                       "images.face": None, "base_loss": None, "eval.datasets": []}
 
 
 def _without_neutral_defaults(run: dict) -> dict:
@@ -109,8 +109,15 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
         if name not in catalog[kind]:
             raise PlanError(f"{_where(origins, path, context)}: unknown {kind} {name!r}; registered: "
                             f"{', '.join(sorted(catalog[kind]))}")
+    for i, name in enumerate(run["eval"]["datasets"]):
+        if name not in catalog["dataset"] or name == run["dataset"]:
+            why = "the run's own dataset" if name == run["dataset"] else "an unknown dataset"
+            raise PlanError(f"{_where(origins, ('eval', 'datasets'), context)}[{i}]: {name!r} is {why}; registered: "
+                            f"{', '.join(sorted(catalog['dataset']))}")
     for path, (kind, extra) in COMPONENTS.items():
         block = get_path(run, path)
+        if block is None and path in OPTIONAL_COMPONENTS:
+            continue
         if isinstance(block, str):  # a bare name (e.g. the model's default pooling "avg")
             block = {"name": block}
             get_path(run, path[:-1])[path[-1]] = block

@@ -110,15 +110,17 @@ def split_images(name: str, facts: dict[str, dict], results: str | Path = "resul
     return counts, where
 
 
-def run_cost(run: dict, profile: dict, counts: dict[str, int]) -> dict:
+def run_cost(run: dict, profile: dict, counts: dict[str, int], other_counts: tuple[dict[str, int], ...] = ()) -> dict:
     """One run's estimate (module docstring): images, images/s and hours; ``gpu_h`` None (with ``note``) when
-    the training split's image count is unknown."""
+    the training split's image count is unknown. ``other_counts``: the split counts of the run's
+    ``eval.datasets``, whose images (every split but ``train``) its final evaluation embeds too."""
     model, images = run["model"], run["images"]
     split = run.get("train_split", "train")
     out = {"dataset": run["dataset"], "backbone": model["backbone"], "train_crop": images["train_crop"],
            "test_crop": images["test_crop"], "amp": run["amp"], "epochs": run["epochs"],
            "batch_size": run["sampler"]["batch_size"], "train_images": counts.get(split),
            "eval_images": sum(n for s, n in counts.items() if s != split),
+           "other_eval_images": sum(n for c in other_counts for s, n in c.items() if s != "train"),
            "evaluations": 1 + len(curve_epochs(run["epochs"], run["eval"].get("every"))), "gpu_h": None, "note": ""}
     if out["train_images"] is None:
         out["note"] = f"no image count for {run['dataset']}'s {split} split"
@@ -129,7 +131,7 @@ def run_cost(run: dict, profile: dict, counts: dict[str, int]) -> dict:
     out["train_ips"] = images_per_s(profile, "train", model["backbone"], images["train_crop"], run["amp"])
     out["infer_ips"] = images_per_s(profile, "inference", model["backbone"], images["test_crop"], run["amp"])
     out["train_h"] = per_epoch * run["epochs"] / out["train_ips"] / 3600
-    out["eval_h"] = out["eval_images"] * out["evaluations"] / out["infer_ips"] / 3600
+    out["eval_h"] = (out["eval_images"] * out["evaluations"] + out["other_eval_images"]) / out["infer_ips"] / 3600
     out["gpu_h"] = out["train_h"] + out["eval_h"]
     return out
 
@@ -146,8 +148,11 @@ def plan_cost(plan: Plan | dict, gpu: str = "h100", results: str | Path = "resul
     plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
     profile = load_profile(gpu, profiles_dir)
     facts = {name: d.get("facts", {}) for name, d in plan.datasets.items()}
-    counts = {name: split_images(name, facts, results) for name in {r["dataset"] for r in plan.runs.values()}}
-    runs = {rid: {**run_cost(run, profile, counts[run["dataset"]][0]), "counts_from": counts[run["dataset"]][1]}
+    counts = {name: split_images(name, facts, results)
+              for name in {d for r in plan.runs.values() for d in (r["dataset"], *r["eval"].get("datasets", []))}}
+    runs = {rid: {**run_cost(run, profile, counts[run["dataset"]][0],
+                             tuple(counts[d][0] for d in run["eval"].get("datasets", []))),
+                  "counts_from": counts[run["dataset"]][1]}
             for rid, run in plan.runs.items()}
     users: dict[str, int] = {}
     for table in plan.tables.values():

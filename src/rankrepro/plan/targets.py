@@ -193,6 +193,11 @@ class WorkflowTargets:
     def run_manifest(self, wildcards) -> str:
         return manifest_path(self.run(wildcards.run_id)["dataset"])
 
+    def eval_manifests(self, wildcards) -> list[str]:
+        """The manifests of the run's ``eval.datasets`` (the other datasets its evaluation scores; read beside
+        its own manifest, results/manifests/<name>)."""
+        return [manifest_path(name) for name in self.run(wildcards.run_id)["eval"].get("datasets", [])]
+
     def run_manifest_dir(self, wildcards) -> str:
         return f"results/manifests/{self.run(wildcards.run_id)['dataset']}"
 
@@ -224,7 +229,10 @@ class WorkflowTargets:
 
     def train_manifest(self, wildcards) -> list[str]:
         """The manifest the train job reads (none with runtime.runs_per_job > 1: its batch job read it)."""
-        return [] if self.batched else [self.run_manifest(wildcards)]
+        if self.batched:
+            return []
+        extra = self.eval_manifests(wildcards) if self.evaluates_in_train_job(wildcards.run_id) else []
+        return [self.run_manifest(wildcards), *extra]
 
     def evaluates_in_train_job(self, run_id: str) -> bool:
         """Whether the run's train job evaluates: with runtime.evaluate_in_train_job, or for its test curve
@@ -315,9 +323,11 @@ class WorkflowTargets:
         """The run.json of each run of the batch."""
         return [f"{run_dir(rid)}/run.json" for rid in self.batch_runs(wildcards)]
 
-    def batch_manifest(self, wildcards) -> str:
-        """The manifest of the batch's dataset (its runs share it)."""
-        return manifest_path(self.run(self.batch_runs(wildcards)[0])["dataset"])
+    def batch_manifest(self, wildcards) -> list[str]:
+        """The manifest of the batch's dataset (its runs share it), and those of its runs' ``eval.datasets``."""
+        runs = [self.run(rid) for rid in self.batch_runs(wildcards)]
+        extra = sorted({manifest_path(name) for run in runs for name in run["eval"].get("datasets", [])})
+        return [manifest_path(runs[0]["dataset"]), *extra]
 
     def batch_manifest_dir(self, wildcards) -> str:
         return f"results/manifests/{self.run(self.batch_runs(wildcards)[0])['dataset']}"
