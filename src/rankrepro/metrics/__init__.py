@@ -7,7 +7,8 @@ device=...)`` is the entry point (:mod:`rankrepro.metrics.api`; ``protocol`` one
 (binary metrics), ``hierarchical`` (H-AP, ΣwAP, ASI, NDCG), ``clustering`` (NMI, F1, dists),
 ``names`` (metric-name grammar), ``core`` (one query set against a gallery) and ``protocols``
 (dataset protocols); ``retrieval`` is the PML-compatible ``retrieval_metrics`` and ``knn`` exact
-k-NN search. No module imports one above it (``tests/test_imports.py``).
+k-NN search; ``detection`` (apart from the rest) is ``voc_ap``, PASCAL VOC detection AP. No module
+imports one above it (``tests/test_imports.py``).
 
 The names below are loaded on first use, so that ``rankrepro.metrics.names`` (checking metric
 names while planning) imports neither numpy nor torch.
@@ -21,7 +22,7 @@ from importlib import import_module
 
 #: public name -> the submodule defining it
 _EXPORTS = {"compute": "api", "PROTOCOLS": "protocols", "parse_metric": "names", "knn": "knn",
-            "knn_chunks": "knn", "retrieval_metrics": "retrieval"}
+            "knn_chunks": "knn", "retrieval_metrics": "retrieval", "voc_ap": "detection"}
 
 __all__ = list(_EXPORTS)
 
