@@ -93,6 +93,7 @@ class Listed:
 DYML = Listed("train/label.csv", 2, 0, ", ", joined="train/imgs/")
 GLDV2 = Listed("metadata/train_clean.csv", 2, 1, "[, ]")
 INAT = Listed("Inat_dataset_splits/Inaturalist_train_set1.txt", 1)
+VOC = Listed("VOC2007/ImageSets/Main/trainval.txt", 1)
 #: every registered file-based dataset (a new one without an entry fails below), and Cars' Kaggle layout
 LISTED = {
     "sop": Listed("Ebay_train.txt", 2, 3, " "),
@@ -107,6 +108,8 @@ LISTED = {
     "gldv2": GLDV2, "gldv2_hier": GLDV2,
     "vggface2": Listed("train_list.txt", 1, 0, None, joined="train/"),
     "ijbc": Listed("protocols/archive/ijbc_metadata.csv", 2, 1, ",", joined="images/"),
+    # VOC lists image ids, joined into VOC2007/JPEGImages/<id>.jpg; an id must be NNNNNN or YYYY_NNNNNN
+    "voc07": VOC, "voc0712": VOC,
 }
 REPLICA_OPTIONS = {"cars[folders]": {"layout": "folders"}}
 #: the listed path: climbing out at once, from inside (In-shop's parser takes only img/<4 parts>), absolute

@@ -11,7 +11,8 @@ integer column per coarser level: ``level_1`` ... ``level_L`` (finest first:
 ``meta.json`` holds ``dataset`` (the registered name), ``root`` (absolute image
 root), ``levels`` (the level names, finest first), ``protocol`` (the evaluation
 protocol, a name of :data:`rankrepro.metrics.protocols.PROTOCOLS`: ``same-set``,
-``query-gallery``, ``vehicleid``, ``dyml``, ``gldv2-suprank``, ...), ``replica``
+``query-gallery``, ``vehicleid``, ``dyml``, ``gldv2-suprank``, ...; a detection dataset: one of
+:data:`~rankrepro.data.datasets.base.DETECTION_PROTOCOLS`, ``voc07``), ``replica``
 (True for generated replicas), ``counts`` per split (``images``, ``classes``) and
 any dataset-specific entries (e.g. SOP's ``super_class_names``).
 
@@ -19,7 +20,9 @@ A dataset may add per-row columns after the levels (its
 :attr:`~rankrepro.data.datasets.base.Dataset.extra_columns`); ``meta.json`` then lists them,
 in order, as ``extra_columns`` (VGGFace2 / IJB-C: face boxes and landmarks; IJB-C's ``instance``,
 read as a string, groups the images the evaluation treats as one instance: the frames of one video
-sighting, whose embeddings are averaged, :mod:`rankrepro.metrics.protocols.face`).
+sighting, whose embeddings are averaged, :mod:`rankrepro.metrics.protocols.face`; Pascal VOC: the
+objects of each image as JSON, its size, year and ``image_id``, read as a string: ``"000005"``,
+:mod:`rankrepro.data.datasets.voc`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ MANIFEST_CSV = "manifest.csv"
 META_JSON = "meta.json"
 #: the extra column that groups the images of one evaluation instance (a string)
 INSTANCE_COLUMN = "instance"
+#: extra columns read as strings whatever they look like (an id such as VOC's "000005" is no number)
+STRING_COLUMNS = (INSTANCE_COLUMN, "image_id")
 
 
 def level_columns(n_levels: int) -> list[str]:
@@ -119,5 +124,5 @@ def write_manifest(directory: str | Path, table: pd.DataFrame, meta: dict) -> Ma
 def read_manifest(directory: str | Path) -> Manifest:
     directory = Path(directory)
     meta = json.loads((directory / META_JSON).read_text())
-    table = pd.read_csv(directory / MANIFEST_CSV, dtype={"path": str, "split": str, INSTANCE_COLUMN: str})
+    table = pd.read_csv(directory / MANIFEST_CSV, dtype={"path": str, "split": str, **dict.fromkeys(STRING_COLUMNS, str)})
     return Manifest(table, meta, directory)

@@ -116,11 +116,13 @@ class WorkflowTargets:
         return self.dataset(dataset)["facts"]["source"]
 
     def source_dataset(self, wildcards) -> str:
-        """A planned dataset that uses the files of ``wildcards.source`` (they all declare the same files)."""
+        """The planned dataset that downloads the files of ``wildcards.source``: of those using them, the
+        first declaring the most files (``voc0712``'s three archives hold ``voc07``'s two; others declare
+        the same files)."""
         if wildcards.source not in self.sources:
             raise TargetError(f"no planned dataset downloads into {wildcards.source!r}; sources: "
                               f"{', '.join(self.sources) or '(none)'}")
-        return self.sources[wildcards.source][0]
+        return max(self.sources[wildcards.source], key=lambda name: self.dataset(name)["facts"]["files"])
 
     def download_record(self, dataset: str) -> str:
         return f"{self.data_root}/downloads/{self.source_of(dataset)}/download.json"

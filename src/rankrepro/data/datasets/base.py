@@ -56,6 +56,9 @@ from rankrepro.io import atomic_write_json
 
 DOWNLOAD_RECORD = "download.json"
 REPLICA_RECORD = "replica.json"
+#: the protocols of detection datasets (not retrieval protocols of rankrepro.metrics.protocols):
+#: ``voc07``, the VOC07 11-point AP at IoU 0.5 (Pascal VOC, :mod:`rankrepro.data.datasets.voc`)
+DETECTION_PROTOCOLS = ("voc07",)
 
 
 @dataclass(frozen=True)
@@ -91,13 +94,16 @@ class Dataset:
 
     ``title``: the name used in messages. ``files``: the :class:`SourceFile` s (or
     override :meth:`source_files`). ``source``: the folder name of its downloads and tree
-    when several datasets share them (default: the registered name). ``manual``: the
+    when several datasets share them (default: the registered name); one may declare a
+    subset of the others' files (``voc07``: two of ``voc0712``'s three archives), the
+    download then runs as the one declaring the most. ``manual``: the
     files cannot be downloaded automatically; ``how_to_get`` says how a user obtains
     them. ``top``: the folder of the tree that is the image root unless :meth:`find_root`
     says otherwise (``""``: the tree itself); ``marker``: a file under it that identifies
     the dataset. ``levels``: level names, finest first (the manifest's ``label``,
     ``level_1``, ...). ``protocol``: the evaluation protocol, one of
-    :data:`rankrepro.metrics.protocols.PROTOCOLS`. ``expected_counts``: per split,
+    :data:`rankrepro.metrics.protocols.PROTOCOLS` (retrieval) or of :data:`DETECTION_PROTOCOLS`
+    (a detection dataset, scored outside those). ``expected_counts``: per split,
     ``images`` and the number of distinct labels per level name, checked unless the
     source is a replica. ``disjoint``: pairs of splits that must share no finest label.
     ``derived_from``: the dataset whose manifest :meth:`derive` transforms (no files).
