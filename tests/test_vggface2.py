@@ -50,7 +50,7 @@ def test_rows_labels_and_geometry(tmp_path):
     manifest = prepare(tmp_path)
     table = manifest.table
     assert list(table.columns[3:]) == list(FACE_COLUMNS) and manifest.meta["protocol"] == "face"
-    for split, ids in (("train", [2, 4, 6]), ("test", [1, 3, 5])):
+    for split, ids in (("train", [2, 4, 6, 8]), ("test", [1, 3, 5, 7])):
         rows = table[table.split == split]
         lines = (tmp_path / "replica" / f"{split}_list.txt").read_text().split()
         assert rows["path"].tolist() == [f"{split}/{line}" for line in lines]
@@ -70,7 +70,7 @@ def test_rows_labels_and_geometry(tmp_path):
 
 def test_without_bb_landmark_the_columns_are_nan(tmp_path):
     table = prepare(tmp_path, geometry=False).table
-    assert len(table) == 36 and table[list(FACE_COLUMNS)].isna().all().all()
+    assert len(table) == 48 and table[list(FACE_COLUMNS)].isna().all().all()
 
 
 def test_identity_flag_must_match_the_split(tmp_path):
@@ -83,7 +83,7 @@ def test_identity_flag_must_match_the_split(tmp_path):
         (copy / f"{split}_list.txt").write_bytes((tmp_path / "replica" / f"{split}_list.txt").read_bytes())
     meta = (tmp_path / "replica" / "identity_meta.csv").read_text()
     (copy / "identity_meta.csv").write_text(meta)
-    assert len(VGGFACE2.prepare(copy, tmp_path / "ok", data_root=tmp_path / "data", replica=True).table) == 36
+    assert len(VGGFACE2.prepare(copy, tmp_path / "ok", data_root=tmp_path / "data", replica=True).table) == 48
     (copy / "identity_meta.csv").write_text(meta.replace('n000002, "Person_2, Jr.", 6, 1', 'n000002, "Person_2, Jr.", 6, 0'))
     with pytest.raises(ValueError, match=r"train_list.txt, line 1: identity n000002 has Flag 0"):
         VGGFACE2.prepare(copy, tmp_path / "m", data_root=tmp_path / "data", replica=True)

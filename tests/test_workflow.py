@@ -283,3 +283,27 @@ def test_a_manual_dataset_stops_only_its_own_jobs(tmp_path):
     assert (wf / "results" / "manifests" / "cub" / "meta.json").is_file()
     assert not (wf / "results" / "manifests" / "vehicleid").exists()
     assert not (wf / "data" / "downloads" / "vehicleid" / "download.json").exists()
+
+
+@pytest.mark.slow
+def test_missing_face_files_stop_only_the_face_jobs(tmp_path):
+    """The demo with VGGFace2 and IJB-C as the full config has them (manual, files absent) and Smooth-AP's
+    Tables 2 and 4: with --keep-going, both face downloads fail with the message naming their files, every
+    face run and Table 4 wait, and Table 2 (SOP) is built."""
+    wf = workflow_copy(tmp_path)
+    papers = yaml.safe_load((wf / "config.yaml").read_text())["tables"]
+    (wf / "subset.yaml").write_text(yaml.safe_dump({
+        "tables": {**{p: [] for p in papers}, "smooth_ap": ["table2", "table4"]}, "synthetic": {"names": []},
+        "datasets": {"vggface2": {"replica": False}, "ijbc": {"replica": False}}}))
+    demo = ["--profile", "profiles/demo", "--configfile", "profiles/demo/demo.yaml", "subset.yaml"]
+    result = smk(wf, "--cores", "2", "--keep-going", *demo, timeout=900)
+    assert result.returncode != 0
+    tables = wf / "results" / "tables" / "smooth_ap"
+    assert (tables / "table2.md").is_file() and not (tables / "table4.md").exists()
+    vggface2 = (wf / "results" / "logs" / "download" / "vggface2.log").read_text()
+    for part in ("ManualDownloadRequired", "vggface2_train.tar.gz", "88813c6b15de58afc8fa75ea83361d7f",
+                 str(wf / "data" / "demo" / "downloads" / "vggface2"), "datasets.vggface2.extracted"):
+        assert part in vggface2, part
+    assert "ManualDownloadRequired" in (wf / "results" / "logs" / "download" / "ijbc.log").read_text()
+    face_runs = [d for d in (wf / "results" / "runs").iterdir() if d.name.startswith("vggface2-")]
+    assert len(face_runs) == 8 and not any((d / "model.pt").exists() for d in face_runs)  # run.json only

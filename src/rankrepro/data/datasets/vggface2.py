@@ -120,12 +120,13 @@ class VGGFace2(Dataset):
         table[list(FACE_COLUMNS)] = table[list(FACE_COLUMNS)].astype(np.float64)
         return table
 
-    def make_replica(self, out_dir: str | Path, *, identities: int = 3, images_per_identity: int = 6,
+    def make_replica(self, out_dir: str | Path, *, identities: int = 4, images_per_identity: int = 6,
                      image_size: int = 32, geometry: bool = True, seed: int = 0) -> list[str]:
         """Write the VGGFace2 files into ``out_dir`` (real names and formats); return their names.
 
-        Per split ``identities`` identities (train ``n000002, n000003, ...``, test ``n000001,
-        n000004, ...``: disjoint, interleaved as in the real numbering) with ``images_per_identity``
+        Per split ``identities`` identities (4: the demo's batch takes 4 identities x 2 images; train
+        ``n000002, n000004, ...``, test ``n000001, n000003, ...``: disjoint, interleaved as in the real
+        numbering) with ``images_per_identity``
         tiny JPEGs each (``<image>_<face>.jpg``, one image with two faces). ``identity_meta.csv``
         also lists an identity with no image. ``geometry``: write ``bb_landmark.tar.gz`` (boxes and
         landmarks inside the image; the last image of each split is left out of both CSVs)."""
