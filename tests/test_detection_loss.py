@@ -218,20 +218,19 @@ def test_the_random_margin_is_drawn_and_the_deterministic_one_is_eq_14():
 
 def test_memory_holds_detached_rows_and_gradients_reach_the_current_batch_only():
     loss = RaMBOMapDetLoss(lambda_val=4.0, memory_batches=3)
-    inputs = []
+    inputs, previous = [], []
     for step in range(5):
         logits, _, labels, _ = roi_batch(20 + step, scale=0.3)
         x = logits.clone().requires_grad_()
         inputs.append(x)
         loss(x, F.one_hot(torch.cat(labels), 6).float()).backward()
-        grads = [None if i.grad is None else i.grad.clone() for i in inputs]
         assert len(loss.stored) == min(step + 1, 3)
         assert all(not s.requires_grad and s.grad_fn is None for row in loss.stored for s in row)
         assert torch.equal(loss.stored[-1][0], x.detach())  # the newest rows are the current batch's
         assert x.grad.abs().sum() > 0
-        if step:  # earlier inputs got their gradient from their own call only
-            assert all(torch.equal(inputs[i].grad, previous[i]) for i in range(step))
-        previous = grads
+        # the earlier inputs kept the gradient of their own call: nothing flowed into the stored rows
+        assert all(torch.equal(inputs[i].grad, previous[i]) for i in range(step))
+        previous = [i.grad.clone() for i in inputs]
     with torch.no_grad():  # evaluation calls store nothing
         loss(x, F.one_hot(torch.cat(labels), 6).float())
     assert len(loss.stored) == 3 and torch.equal(loss.stored[-1][0], x.detach())

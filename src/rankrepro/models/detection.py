@@ -88,7 +88,8 @@ def _imagenet_state(name: str) -> dict:
             "the file there beforehand, or pass pretrained: <path to a state dict>") from err
 
 
-def detection_backbone(name: str, pretrained: str = "imagenet", trainable_layers: NonNegativeInt = 3) -> BackboneWithFPN:
+def detection_backbone(name: str, pretrained: str = "imagenet",
+                       trainable_layers: NonNegativeInt = 3) -> BackboneWithFPN:
     """The ResNet trunk ``name`` with its weights (``pretrained``) under torchvision's FPN, the first
     5 - ``trainable_layers`` stages frozen (module docstring)."""
     net = resnet_trunk(name)
