@@ -1,4 +1,7 @@
-"""The loss contract, checked for EVERY registered loss (``rankrepro.losses.names()``).
+"""The loss contract, checked for EVERY registered retrieval loss (``rankrepro.losses.names()``).
+
+(A loss that declares another task -- ``faster_rcnn``, task ``detection`` -- scores a detector's RoIs,
+not embeddings: its contract is in test_detection_loss.py, which also checks that it is the only one.)
 
 Each loss is built with its defaults plus the training-set sizes its signature declares
 (``num_classes``, ``num_classes_per_level``, ``embedding_size``), and called on a random

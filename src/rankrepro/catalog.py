@@ -2,8 +2,9 @@
 
 ``catalog.json`` (beside this module) holds, for each kind of component (backbone,
 dataset, loss, model, optimizer, pooling, sampler, schedule, synthetic, task), each registered name with
-its builder (``module:qualname``), fixed keywords, and parameters (default or
-``required``, JSON types) -- and, for datasets, the facts the DAG needs (archive name,
+its builder (``module:qualname``), fixed keywords, parameters (default or
+``required``, JSON types) and the ``task`` its builder declares, if any (the detector's model
+and loss: ``detection``) -- and, for datasets, the facts the DAG needs (archive name,
 protocol, levels). The planner fills every default of a run from it, so a run's id
 changes when a default in code changes.
 

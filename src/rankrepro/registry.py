@@ -220,12 +220,22 @@ class Entry:
         """{parameter: default} of the parameters that have one."""
         return {k: p.default for k, p in self.parameters().items() if not p.required}
 
+    @property
+    def task(self) -> str | None:
+        """The task the builder declares in a ``task`` attribute (``"detection"`` for the detector's
+        model and loss), None when it declares none (e.g. the retrieval components)."""
+        return getattr(self.builder, "task", None)
+
     def as_json(self) -> dict:
         """The entry as the catalog stores it: target, fixed keywords (a function as its
-        ``module:qualname``, e.g. a task's trainer), parameters, accepts_any."""
+        ``module:qualname``, e.g. a task's trainer), parameters, accepts_any, and ``task`` when the
+        builder declares one."""
         fixed = {k: f"{v.__module__}:{v.__qualname__}" if callable(v) else v for k, v in self.fixed.items()}
-        return {"target": self.target, "fixed": fixed, "accepts_any": self.accepts_any,
-                "parameters": {k: p.as_json() for k, p in self.parameters().items()}}
+        out = {"target": self.target, "fixed": fixed, "accepts_any": self.accepts_any,
+               "parameters": {k: p.as_json() for k, p in self.parameters().items()}}
+        if self.task is not None:
+            out["task"] = self.task
+        return out
 
     def build(self, *args, context: dict | None = None, complete: bool = False, **params):
         """``builder(*args, **fixed, **params, **context)`` after :meth:`check`.

@@ -47,8 +47,8 @@ def generate(dest: Path, tables: int = 33, runs: int = 250, losses: int = 10) ->
     from rankrepro.plan.specs import SPECS_DIR
 
     cat = catalog.load()
-    usable = [n for n, e in sorted(cat["loss"].items())
-              if not any(p.get("required") for p in e["parameters"].values())][:losses]
+    usable = [n for n, e in sorted(cat["loss"].items())  # retrieval losses (no declared task) with defaults only
+              if "task" not in e and not any(p.get("required") for p in e["parameters"].values())][:losses]
     n_setups = -(-runs // len(usable))
     setups_dir, specs_dir = dest / "setups", dest / "specs" / "gen"
     shutil.copytree(SETUPS_DIR, setups_dir)

@@ -10,6 +10,10 @@ set holds no query. Callers that pass no reference set or no ``self_index`` are 
 before. :func:`rankrepro.losses.inputs.retrieval_lists` is the one place that builds these
 lists.
 
+``faster_rcnn`` (:mod:`rankrepro.losses.detection`) is the exception: the box-head losses of a
+detector (``task = "detection"``), called with a detector's RoI outputs; ``names()`` lists the
+retrieval losses only (:mod:`rankrepro.losses.registry`).
+
 The ranking losses (Smooth-AP, PNP, BlackBox-AP / RaMBO, the SupRank family) are heads over
 one differentiable-rank core, :mod:`rankrepro.losses.rank`: rank and rank+ of each query's
 relevant items with a pluggable step (:mod:`rankrepro.losses.steps`: exact, sigmoid, SupRank's
@@ -22,10 +26,10 @@ Losses are registered in :data:`rankrepro.losses.registry.LOSSES` (a
 loss is available through :func:`build` / :func:`names`.
 """
 
-from .registry import LOSSES, accepted_hparams, build, defaults, get, names, register
+from .registry import LOSSES, accepted_hparams, build, defaults, get, names, register, task_of
 
 names()  # imports every module of the package (the registrations)
 
 from .smooth_ap import SmoothAP  # noqa: E402
 
-__all__ = ["LOSSES", "accepted_hparams", "build", "defaults", "get", "names", "register", "SmoothAP"]
+__all__ = ["LOSSES", "accepted_hparams", "build", "defaults", "get", "names", "register", "task_of", "SmoothAP"]

@@ -8,6 +8,9 @@
   core's AP head (:func:`~rankrepro.losses.rank.ap_head`) over blackbox ranks.
 * ``blackbox_ap`` — BlackBox-AP as used in SupRank's Table I (SupRank ``BlackBoxAPLoss``): a
   registration of ``rambo_map`` (no L_APC term, SupRank's defaults).
+* :class:`RaMBOMapDetLoss` ("rambo_map_det") — the official ``MapLoss`` itself, over [rows, classes]
+  scores (object detection, RaMBO section 5.2): the classifier loss of the detector's
+  ``faster_rcnn`` loss (:mod:`rankrepro.losses.detection`); not registered on its own.
 
 The retrieval lists come from :func:`rankrepro.losses.inputs.retrieval_lists` (the query's
 own entry given by ``self_index``); the lists are then the rows without the own entry when
@@ -21,7 +24,7 @@ from collections import deque
 
 import torch
 
-from rankrepro.registry import NonNegativeInt, PositiveFloat
+from rankrepro.registry import NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 from .inputs import attached_zero, drop_self, no_autocast, retrieval_lists
 from .rank import ap_head, relevant_ranks
@@ -29,7 +32,7 @@ from .registry import compose, register
 from .steps import BlackboxRank, BlackboxStep, blackbox_rank, exact_ranks
 
 __all__ = ["BlackboxRank", "BlackboxStep", "blackbox_rank", "exact_ranks", "RaMBORecallLoss", "RaMBOMapLoss",
-           "BlackBoxAPLoss"]
+           "BlackBoxAPLoss", "RaMBOMapDetLoss"]
 
 
 def _check_margin(margin: float) -> None:
@@ -292,3 +295,115 @@ BlackBoxAPLoss = register("blackbox_ap", compose(
     ``self_index`` gives (kept if ``include_query``, removed otherwise). Cost O(B N log N)
     time, O(B N) memory.
     """))
+
+
+class RaMBOMapDetLoss(torch.nn.Module):
+    r"""RaMBO's mAP loss for object detection ("rambo_map_det"): the official ``MapLoss`` over
+    scores [rows, classes] and 0/1 targets of the same shape (martius-lab/blackbox-backprop
+    ``blackbox_backprop/mAP.py``, unchanged since it was added in 075bf56).
+
+    With y = the scores shifted by the margin (below) and, per ranked list, AP = 1/|P| sum_{i in P}
+    rk(y+)_i / rk(y)_i (eq. 21; rk(y) blackbox-differentiated, rk(y+) exact)::
+
+        L_mAP = 1 - mean_{c present} AP(column c of [current rows; stored rows])
+        L_APC = 1 - AP(every score of the current rows, flattened into one list)     (eq. 23)
+        loss  = (1 - interclass_coef) * L_mAP + interclass_coef * L_APC
+
+    Each column (class) is ranked over the current rows plus the detached rows of the last
+    ``memory_batches`` calls (the paper's memory, section 4.3: "the gradients only flow through the
+    current batch"); L_APC uses the current rows only. A class is *present* when the rows it is
+    ranked over -- the current and the stored ones, as in the official code (whose mask reads the
+    concatenated targets) -- hold one of its positives; absent classes are left out of the mean.
+
+    Defaults: lambda_val = 0.5, margin = 0.15, memory_batches = 7, interclass_coef = 1/3
+    (L_mAP : L_APC = 2 : 1), all from the paper, section 5.2 (detection). Official code vs
+    paper, as an option:
+
+    * ``random_margin`` (default True = official ``MapLoss``, whose runs gave the paper's
+      numbers): each score is shifted by ``margin * |N(0,1)| * (t - 1/2)``, fresh draws at
+      every call from torch's global RNG, in the official order and shapes (one draw for the
+      [classes, rows] matrix of L_mAP, the stored rows included, then one for the flattened
+      list of L_APC), so that a seeded call reproduces the official code's value. False = the
+      paper's eq. 14: positives - margin/2, negatives + margin/2.
+
+    Other differences from the official code, none of which changes a value beyond 1e-5: the
+    ``+1e-5`` in the AP denominator and the ``+1e-8`` on lambda are dropped; exact ties rank
+    the lower index first (the official argsort leaves them to the sort). The official code
+    fails on a call whose targets hold no positive at all (NaN) or with ``batch_memory = 0``;
+    here such a term is 0 and ``memory_batches = 0`` means no memory.
+
+    Memory: rows are stored (detached, scores before the margin) after each call made with
+    gradients on (training), at most ``memory_batches`` calls, oldest dropped first; they
+    survive epochs, are part of the state dict (``get_extra_state``: a checkpoint resumes
+    them exactly) and :meth:`reset` clears them. Float32 (autocast disabled inside). Cost
+    O(C n log n + n C log(n C)) for n rows of C classes (sorting).
+    """
+
+    def __init__(
+        self,
+        lambda_val: PositiveFloat = 0.5,
+        margin: NonNegativeFloat = 0.15,
+        interclass_coef: float = 1.0 / 3.0,
+        memory_batches: NonNegativeInt = 7,
+        random_margin: bool = True,
+    ):
+        super().__init__()
+        _check_margin(margin)
+        if not 0.0 <= interclass_coef <= 1.0:
+            raise ValueError(f"interclass_coef must be in [0, 1], got {interclass_coef}")
+        if memory_batches < 0:
+            raise ValueError(f"memory_batches must be >= 0, got {memory_batches}")
+        self.step = BlackboxStep(lambda_val)
+        self.margin = float(margin)
+        self.interclass_coef = float(interclass_coef)
+        self.memory_batches = int(memory_batches)
+        self.random_margin = bool(random_margin)
+        self.stored: deque = deque(maxlen=max(self.memory_batches, 1))  # (scores, targets), oldest first
+
+    @property
+    def lambda_val(self) -> float:
+        return self.step.lambda_val
+
+    def extra_repr(self) -> str:
+        return (f"lambda_val={self.lambda_val}, margin={self.margin}, interclass_coef={self.interclass_coef}, "
+                f"memory_batches={self.memory_batches}, random_margin={self.random_margin}")
+
+    def reset(self) -> None:
+        """Forget the stored rows."""
+        self.stored.clear()
+
+    def get_extra_state(self):
+        return {"stored": [list(rows) for rows in self.stored]}
+
+    def set_extra_state(self, state) -> None:
+        self.stored.clear()
+        self.stored.extend(tuple(rows) for rows in state["stored"])
+
+    def _one_minus_map(self, y: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
+        """1 - mean AP over the rows of ``y`` [K, n] (margin-shifted here) that hold a positive."""
+        y = _shift(y, rel, self.margin, self.random_margin)
+        present = rel.sum(1) > 0
+        if not bool(present.any()):
+            return attached_zero(y)
+        return 1.0 - _ap_rows(y[present], rel[present], self.step).mean()
+
+    def forward(self, scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The loss of ``scores`` [rows, classes] with 0/1 ``targets`` of the same shape (module docstring)."""
+        if scores.ndim != 2 or targets.shape != scores.shape:
+            raise ValueError(f"scores and targets must be [rows, classes] of the same shape, got "
+                             f"{tuple(scores.shape)} and {tuple(targets.shape)}")
+        if self.stored and self.stored[0][0].shape[1] != scores.shape[1]:
+            raise ValueError(f"scores have {scores.shape[1]} classes but the stored rows "
+                             f"{self.stored[0][0].shape[1]}: reset() the memory first")
+        with no_autocast(scores):
+            s, rel = scores.float(), targets.to(torch.float32)
+            stored = list(self.stored) if self.memory_batches else []
+            # the official order: the current rows first; [classes, rows] views of contiguous rows,
+            # so that the margin's draws match the official code's
+            long_s = torch.cat([s, *(row[0].to(s.device) for row in stored)])
+            long_rel = torch.cat([rel, *(row[1].to(s.device) for row in stored)])
+            cross = self._one_minus_map(long_s.t(), long_rel.t())
+            inter = self._one_minus_map(s.reshape(1, -1), rel.reshape(1, -1))
+            if self.memory_batches and torch.is_grad_enabled():
+                self.stored.append((s.detach(), rel.detach()))
+            return (1.0 - self.interclass_coef) * cross + self.interclass_coef * inter

@@ -6,6 +6,14 @@ for a variant: fixed keywords, e.g. ``register("pnp_dq", variant="Dq")(PNPLoss)`
 before building; ``names()`` lists what is registered, ``defaults(name)`` the keyword
 defaults (JSON values) and ``accepted_hparams(name)`` the settable names.
 
+The task of a loss: a loss class may declare ``task`` (the name of the task that trains with
+it, :mod:`rankrepro.engine.tasks`); without one it is a ``retrieval`` loss, called as
+``loss(embeddings, labels, ...)``. ``faster_rcnn`` (:mod:`rankrepro.losses.detection`) declares
+``task = "detection"``: it scores a detector's RoIs. ``names()`` lists the retrieval losses (what
+the embedding losses' callers iterate over), ``names(task=None)`` every loss, ``task_of(name)``
+the task of one; the catalog records a declared task (``"task"`` in the loss's entry; absent:
+retrieval).
+
 The data sizes a loss may need (``num_classes``, ``num_classes_per_level``,
 ``embedding_size``) are the registry's *context*: not hyper-parameters of a run, passed by
 the caller through ``build(..., context={...})`` and given only to the losses whose
@@ -22,12 +30,15 @@ from rankrepro.registry import ParameterError, Registry, signature_parameters
 
 __all__ = ["LOSSES", "CONTEXT", "register", "build", "names", "get", "defaults", "accepted_hparams",
            "HyperParameterError", "compose", "pick",
-           "data_context"]
+           "data_context", "task_of", "RETRIEVAL"]
 
 CONTEXT = ("num_classes", "num_classes_per_level", "embedding_size")
 LOSSES = Registry("loss", package="rankrepro.losses", context=CONTEXT)
 
 MEMORY_KEYS = ("size", "warmup_epochs")
+
+#: the task of a loss whose class declares none: it scores embeddings (module docstring)
+RETRIEVAL = "retrieval"
 
 
 class HyperParameterError(ParameterError):
@@ -39,9 +50,15 @@ def register(name: str, builder=None, **fixed):
     return LOSSES.register(name, builder, **fixed)
 
 
-def names() -> list[str]:
-    """Sorted registered loss names."""
-    return LOSSES.names()
+def names(task: str | None = RETRIEVAL) -> list[str]:
+    """Sorted registered loss names of ``task`` (default: the retrieval losses, which take
+    ``(embeddings, labels, ...)``; None: every registered loss)."""
+    return [n for n in LOSSES.names() if task is None or task_of(n) == task]
+
+
+def task_of(name: str) -> str:
+    """The task of the loss ``name``: its class's ``task`` attribute, :data:`RETRIEVAL` without one."""
+    return get(name).task or RETRIEVAL
 
 
 def get(name: str):
@@ -88,6 +105,9 @@ def build(name: str, memory: dict | None = None, context: dict | None = None, ba
     if sizes:
         context = {**(context or {}), **sizes}
     if memory is not None:
+        if task_of(name) != RETRIEVAL:
+            raise HyperParameterError(f"loss {name!r} (task {task_of(name)}) takes no memory: the cross-batch "
+                                      "memory holds embeddings")
         unknown = sorted(set(memory) - set(MEMORY_KEYS))
         if unknown:
             raise HyperParameterError(f"memory got unknown key(s) {unknown}; allowed: {', '.join(MEMORY_KEYS)}")

@@ -10,7 +10,9 @@ from rankrepro.models.backbones import build_backbone, freeze_batchnorm, set_bat
 from rankrepro.models.pooling import build_pooling
 from rankrepro.registry import PositiveFloat, Registry
 
-MODELS = Registry("model")
+#: the build's context: data sizes and modules a model may take that are not run parameters (the detector's
+#: ``num_classes`` and ``roi_loss``, :mod:`rankrepro.models.detection`); given only to the builders that take them
+MODELS = Registry("model", context=("num_classes", "roi_loss"))
 
 #: values of ``projection_init``
 PROJECTION_INITS = ("random", "pca")
@@ -126,6 +128,7 @@ class RetrievalNet(nn.Module):
         return F.normalize(features.float(), dim=-1)
 
 
-def build_model(block: dict) -> nn.Module:
-    """Build from a run's ``model`` block (``{"name": "retrieval_net", **parameters}``)."""
-    return MODELS.build_block(block)
+def build_model(block: dict, context: dict | None = None) -> nn.Module:
+    """Build from a run's ``model`` block (``{"name": "retrieval_net", **parameters}``); ``context``: see
+    :data:`MODELS` (e.g. ``{"num_classes": 21, "roi_loss": loss}`` for ``faster_rcnn``)."""
+    return MODELS.build_block(block, context=context)
