@@ -52,7 +52,7 @@ COMPONENTS = {
     ("loss",): ("loss", ("memory",)),
     ("base_loss",): ("loss", ()),
 }
-OPTIONAL_COMPONENTS = {("base_loss",)}
+OPTIONAL_COMPONENTS = {("base_loss",), ("model", "pooling")}  # pooling: a model that has none (faster_rcnn)
 #: the values of a run that name a registered component: key path -> catalog kind
 NAME_REFS = {("dataset",): "dataset", ("model", "backbone"): "backbone", ("task",): "task"}
 

@@ -102,6 +102,24 @@ class MPerClassBatchSampler(EpochBatchSampler):
         return [batches[i] for i in rng.permutation(len(batches))]
 
 
+@SAMPLERS.register("shuffle")
+class ShuffleBatchSampler(EpochBatchSampler):
+    """Every image once per epoch, in a random order fixed by ``(seed, epoch)``, cut into batches of
+    ``batch_size`` (the last one smaller unless ``drop_last``): PyTorch's ``RandomSampler`` + ``BatchSampler``,
+    the detection trainer's (mmdetection's VOC loader shuffles the images, in aspect-ratio groups: not kept)."""
+
+    def __init__(self, labels, batch_size: PositiveInt, drop_last: bool = False, seed: int = 0):
+        self.n, self.batch_size, self.drop_last = len(labels), batch_size, bool(drop_last)
+        self.seed, self.epoch = seed, 0
+        if self.n == 0 or (drop_last and self.n < batch_size):
+            raise ValueError(f"{self.n} images give no batch of {batch_size}")
+
+    def _batches(self) -> list[list[int]]:
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+        stop = self.n - self.n % self.batch_size if self.drop_last else self.n
+        return [[int(i) for i in order[a:a + self.batch_size]] for a in range(0, stop, self.batch_size)]
+
+
 @SAMPLERS.register("class_random")
 class ClassRandomBatchSampler(EpochBatchSampler):
     """PNP's ``class_random`` batches (interestingzhuo/PNPloss ``datasampler/class_random_sampler.py``).

@@ -4,6 +4,7 @@
 functions given as fixed keywords of the registration::
 
     TASKS.register("retrieval", train=train, evaluate=evaluate)(Task)
+TASKS.register("detection", train=detection.train, evaluate=detection.evaluate)(Task)
 
 - ``train(run, manifest_dir, out_dir, *, device, num_workers, run_id, progress, image_cache, runtime,
   eval_image_cache, eval_batch_size) -> model path`` (``runtime``: a
@@ -12,9 +13,9 @@ functions given as fixed keywords of the registration::
 - ``evaluate(run, manifest_dir, model_path, out_path, *, device, num_workers, batch_size, run_id,
   progress, image_cache) -> dict`` writes the run's result record (``metrics.json``) and returns it.
 
-``retrieval`` (every run so far): :func:`rankrepro.engine.train.train` and
-:func:`rankrepro.engine.evaluate.evaluate`, scored under the manifest's protocol. Another task (a
-detector with its VOC evaluation, face retrieval with its templates) is another registration here
+``retrieval`` (the default): :func:`rankrepro.engine.train.train` and
+:func:`rankrepro.engine.evaluate.evaluate`, scored under the manifest's protocol. ``detection``: a Faster
+R-CNN on a VOC manifest and its VOC07 AP50 (:mod:`rankrepro.engine.detection`). Another task is another registration here
 and ``python -m rankrepro catalog`` (the planner checks a run's ``task`` against the catalog's
 ``task`` entries); the CLI's ``train``, ``train-batch`` and ``evaluate`` reach it through :func:`task_of`.
 """
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankrepro.engine import detection
 from rankrepro.engine.evaluate import evaluate
 from rankrepro.engine.train import train
 from rankrepro.registry import Registry, UnknownNameError
@@ -47,6 +49,7 @@ class Task:
 
 
 TASKS.register("retrieval", train=train, evaluate=evaluate)(Task)
+TASKS.register("detection", train=detection.train, evaluate=detection.evaluate)(Task)
 
 
 def task_of(run: dict, where: str = "run") -> Task:

@@ -39,7 +39,8 @@ def canonical_json(obj) -> str:
 #: leaves such a key out of the hash while it equals its default, so every run planned before the key existed
 #: keeps its id (results/runs/<id>/ stays where it is); any other value is hashed like every key
 ID_NEUTRAL_DEFAULTS = {"task": "retrieval", "eval.every": None, "eval.select": "last", "eval.select_by": None,
-                       "images.face": None, "base_loss": None, "eval.datasets": []}
+                       "images.face": None, "base_loss": None, "eval.datasets": [],
+                       "grad_clip": None}
 
 
 def _without_neutral_defaults(run: dict) -> dict:
@@ -89,6 +90,8 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
     ``origins`` (the merge's) gets the origin of every value a default fills. ``context`` is added to
     the origin of a wrong value in messages (e.g. which cell)."""
     run = copy.deepcopy(merged)
+    if "per_task" in run:
+        raise PlanError(f"{_where(origins, ('per_task',), context)}: per_task belongs in the config's run_overrides only")
     if isinstance(get_path(run, ("model", "pooling")), str):
         run["model"]["pooling"] = {"name": run["model"]["pooling"]}
     given = set(leaf_paths(run))
@@ -104,7 +107,10 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
             raise PlanError(f"{_where(origins, path, context) if path else origin_of(origins, ()) + context}: "
                             f"{missing!r} is required and given by no setup, spec or override")
         raise PlanError(f"{_where(origins, path, context)}: {error.message}")
+    check_task(run, origins, catalog, context)
     for path, kind in NAME_REFS.items():
+        if path == ("model", "backbone") and catalog["model"].get(run["model"]["name"], {}).get("task"):
+            continue  # a task's own model (faster_rcnn) names backbones of its own: check_task checks them
         name = get_path(run, path)
         if name not in catalog[kind]:
             raise PlanError(f"{_where(origins, path, context)}: unknown {kind} {name!r}; registered: "
@@ -151,11 +157,44 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
 
     for i, name in enumerate(run["eval"]["metrics"]):
         try:
-            parse_metric(name)
+            if run["task"] == "detection":
+                if name not in DETECTION_METRICS:
+                    raise ValueError(f"unknown detection metric {name!r}; known: {', '.join(DETECTION_METRICS)}")
+            else:
+                parse_metric(name)
         except ValueError as err:
             raise PlanError(f"{_where(origins, ('eval', 'metrics'), context)}[{i}]: {err}") from None
     check_select_by(run, origins, context)
     return run
+
+
+#: the metrics a detection run computes (rankrepro.engine.detection) and the backbones of its model
+#: (rankrepro.models.detection.DETECTION_BACKBONES, the same names: a test checks)
+DETECTION_METRICS = ("AP50",)
+DETECTION_BACKBONES = ("resnet50", "resnet101", "resnext101_32x4d")
+
+
+def check_task(run: dict, origins: dict, catalog: dict, context: str = "") -> None:
+    """:class:`PlanError` naming where the value was set when the run's model or loss belongs to another task
+    than the run's (``task``, its loss's and its model's catalog ``task``, absent = retrieval), when a detection
+    run's backbone is not one of :data:`DETECTION_BACKBONES` or it asks for what the detection trainer does not do
+    (``eval.every``, ``eval.datasets``, ``base_loss``, ``images.face``)."""
+    task = run["task"]
+    for path, kind in ((("model", "name"), "model"), (("loss", "name"), "loss")):
+        name = get_path(run, path)
+        own = catalog[kind].get(name, {}).get("task") or "retrieval"
+        if name in catalog[kind] and own != task:
+            raise PlanError(f"{_where(origins, path, context)}: {kind} {name!r} is a {own} {kind}, the run's task is "
+                            f"{task!r} ({origin_of(origins, ('task',))})")
+    if task != "detection":
+        return
+    if run["model"].get("backbone", "resnet50") not in DETECTION_BACKBONES:
+        raise PlanError(f"{_where(origins, ('model', 'backbone'), context)}: {run['model']['backbone']!r} is no backbone "
+                        f"of the detector; known: {', '.join(DETECTION_BACKBONES)}")
+    for path, default in ((("eval", "every"), None), (("eval", "datasets"), []), (("base_loss",), None),
+                          (("images", "face"), None)):
+        if get_path(run, path) != default:
+            raise PlanError(f"{_where(origins, path, context)}: a detection run has no {dotted(path)} (only {default!r})")
 
 
 def check_index_blocks(run: dict, origins: dict, context: str = "") -> None:

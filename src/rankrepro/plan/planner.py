@@ -7,7 +7,8 @@ column) it is the merge (:mod:`rankrepro.plan.merge`), in this order, of
    then the entries of every layer's ``per_loss`` for the run's loss (:func:`~rankrepro.plan.setups.apply_per_loss`),
 2. the spec's layers (for a runs table: the column's ``run`` block, the row's ``loss``, the
    row's ``run`` block; each table kind says which: :mod:`rankrepro.tables.kinds`),
-3. the config's ``run_overrides``,
+3. the config's ``run_overrides`` (or, for a run whose task has an entry in their ``per_task`` block, that
+   entry instead: :meth:`Planner.overrides_for`),
 4. the seed, when the spec lists ``seeds``,
 
 then completed and validated (:mod:`rankrepro.plan.complete`). :attr:`Planner.provenance` keeps,
@@ -26,7 +27,10 @@ from rankrepro.plan.planned import dataset_pending, load_planned, run_pending
 from rankrepro.plan.schema import PlanError, Schemas, dotted, validate
 from rankrepro.plan.setups import Setup, apply_per_loss, check_per_loss, load_setups, setup_layers
 
-__all__ = ["Planner", "resolve_run"]
+__all__ = ["Planner", "resolve_run", "PER_TASK"]
+
+PER_TASK = "per_task"
+DEFAULT_TASK = "retrieval"  # rankrepro.engine.tasks.DEFAULT_TASK (the planner imports no torch)
 
 
 class Planner:
@@ -45,6 +49,14 @@ class Planner:
         self.provenance: dict[str, dict[str, str]] = {}  # run id -> {dotted key: origin}
         validate(self.overrides, self.schemas.partial_run, overrides_label, text_hint=True)
         check_per_loss(self.overrides, self.schemas, overrides_label, losses=self.catalog["loss"])
+        for task, entry in (self.overrides.get(PER_TASK) or {}).items():
+            if task not in self.catalog["task"]:
+                raise PlanError(f"{overrides_label}: {PER_TASK}.{task}: unknown task {task!r}; registered: "
+                                f"{', '.join(sorted(self.catalog['task']))}")
+            validate(entry, self.schemas.partial_run, f"{overrides_label}: {PER_TASK}.{task}", text_hint=True)
+            check_per_loss(entry, self.schemas, f"{overrides_label}: {PER_TASK}.{task}", losses=self.catalog["loss"])
+            if PER_TASK in entry:
+                raise PlanError(f"{overrides_label}: {PER_TASK}.{task}: {PER_TASK} inside {PER_TASK}")
         for setup in self.setups.values():
             check_per_loss(setup.data, self.schemas, setup.label, losses=self.catalog["loss"])
         for path, (kind, _) in COMPONENTS.items():  # a name in the overrides must exist
@@ -53,11 +65,21 @@ class Planner:
                 raise PlanError(f"{overrides_label}: {dotted((*path, 'name'))}: unknown {kind} {name!r}; "
                                 f"registered: {', '.join(sorted(self.catalog[kind]))}")
 
+    def overrides_for(self, layers: list[tuple[str, dict]]) -> tuple[str, dict]:
+        """The overrides layer of a run made of ``layers``: the config's ``run_overrides``, or, for a run whose task
+        (the last ``task`` a layer gives; retrieval when none) has an entry in its ``per_task`` block, that entry
+        alone (a task's runs need other overrides: the demo's tiny retrieval network is no detector)."""
+        per_task = self.overrides.get(PER_TASK) or {}
+        task = next((data["task"] for _, data in reversed(layers) if "task" in (data or {})), DEFAULT_TASK)
+        if task in per_task:
+            return f"{self.overrides_label}: {PER_TASK}.{task}", per_task[task]
+        return self.overrides_label, {k: v for k, v in self.overrides.items() if k != PER_TASK}
+
     def resolve(self, setup: str, layers: list[tuple[str, dict]] = (), seed: int | None = None,
                 context: str = "") -> dict:
         """The complete run of ``setup`` with the spec's ``layers`` and the overrides (and ``seed``)."""
         chain = setup_layers(setup, self.setups)
-        all_layers = [*chain, *layers, (self.overrides_label, self.overrides)]
+        all_layers = [*chain, *layers, self.overrides_for([*chain, *layers])]
         if seed is not None:
             all_layers.append(("spec seeds", {"seed": seed}))
         # the layers' data decide the run (their labels and ``context`` only word the messages of a run that
