@@ -142,7 +142,7 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, *, device: s
     def save(epoch_done: int, partial: EpochProgress | None = None) -> None:
         save_checkpoint(ckpt_path, run_id=run_id, epoch=epoch_done, model=model.state_dict(),
                         criterion=criterion.state_dict(), optimizer=optimizer.state_dict(),
-                        scheduler=scheduler.state_dict(), history=history,
+                        scheduler=scheduler.state_dict(), scaler=None, history=history,  # float32: no scaler
                         partial=None if partial is None else partial.state())
         timer.restart()
 
