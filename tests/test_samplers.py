@@ -153,11 +153,11 @@ def test_build_sampler_through_the_registry():
                           "batches_per_super_tuple": 1}, np.stack([labels, labels // 5], 1), 0)
     assert isinstance(hier, HierarchicalBatchSampler) and len(hier) > 0
     assert block == {"name": "m_per_class", "batch_size": 16, "samples_per_class": 4}  # not consumed
-    assert SAMPLERS.names() == ["class_random", "hierarchical", "m_per_class", "up_to_m_per_class"]
+    assert SAMPLERS.names() == ["class_random", "hierarchical", "m_per_class", "shuffle", "up_to_m_per_class"]
 
 
 @pytest.mark.parametrize("block, message", [
-    ({"name": "m_per_clas", "batch_size": 16, "samples_per_class": 4}, "registered: class_random, hierarchical, m_per_class, up_to_m_per_class"),
+    ({"name": "m_per_clas", "batch_size": 16, "samples_per_class": 4}, "registered: class_random, hierarchical, m_per_class, shuffle, up_to_m_per_class"),
     ({"name": "m_per_class", "batch_size": 16}, "needs 'samples_per_class'"),
     ({"name": "m_per_class", "batch_size": 16.0, "samples_per_class": 4}, "batch_size must be integer"),
     ({"name": "m_per_class", "batch_size": 16, "samples_per_class": 4, "m": 4}, "no parameter 'm'"),

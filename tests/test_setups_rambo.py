@@ -146,9 +146,10 @@ def test_the_specs_plan(plan):
     shared = set(tables["rambo/table7"]["runs"]) & set().union(
         *(tables[f"rambo/{t}"]["runs"] for t in ("table2", "table3", "table4")))
     assert len(shared) == 3 * 3
-    assert len(plan["runs"]) == 3 * 6 + 6 * 3
+    # Tables 5 and 8 (detection): 8 cells and 5 rows x three seeds, sharing Table 5's first row (2 x 3 runs)
+    assert len(plan["runs"]) == 3 * 6 + 6 * 3 + (8 + 5 - 2) * 3
     assert {run["seed"] for run in plan["runs"].values()} == {0, 1, 2}
-    assert {run["dataset"] for run in plan["runs"].values()} == {"sop", "cub", "inshop"}
+    assert {run["dataset"] for run in plan["runs"].values()} == {"sop", "cub", "inshop", "voc07", "voc0712"}
 
 
 def test_table7_ablations(plan):
@@ -163,14 +164,13 @@ def test_table7_ablations(plan):
     assert full == {"cub": "loglog", "inshop": "log", "sop": "loglog"}
 
 
-def test_detection_tables_are_pending(plan):
-    """Tables 5 and 8 (Faster R-CNN on Pascal VOC) have no runs: every cell waits on a planned setup."""
-    for t in ("table5", "table8"):
-        entry = plan["tables"][f"rambo/{t}"]
-        assert entry["runs"] == []
-        assert all(c["pending"] and "not implemented yet" in c["pending"] for c in entry["cells"])
-    planned = load_planned()
-    assert {"rambo_voc_frcnn_ce", "rambo_voc_frcnn_rambo", "rambo_voc07_frcnn_r50"} <= planned["setups"]
+def test_detection_tables_plan_every_cell(plan):
+    """Tables 5 and 8 (Faster R-CNN on Pascal VOC): every cell has its three restarts; Table 8's cross-entropy
+    and lambda 0.5 + margin rows are Table 5's first row."""
+    t5, t8 = (plan["tables"][f"rambo/{t}"] for t in ("table5", "table8"))
+    assert all(c["run_ids"] and not c.get("pending") for t in (t5, t8) for c in t["cells"])
+    assert len(t5["runs"]) == 8 * 3 and len(t8["runs"]) == 5 * 3 and len(set(t5["runs"]) & set(t8["runs"])) == 2 * 3
+    assert not load_planned()["setups"] and not load_planned()["losses"]
 
 
 @pytest.mark.parametrize("table", ["table1", "table9"])

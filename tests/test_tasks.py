@@ -25,9 +25,9 @@ def test_the_retrieval_task_trains_and_evaluates_retrieval_runs():
 
 
 def test_unknown_task_names_the_file_and_the_registered_tasks():
-    with pytest.raises(UnknownNameError, match=r"results/runs/x/run.json: task: unknown task 'detection'; "
-                                               r"registered: retrieval"):
-        task_of({"task": "detection"}, where="results/runs/x/run.json")
+    with pytest.raises(UnknownNameError, match=r"results/runs/x/run.json: task: unknown task 'segmentation'; "
+                                               r"registered: detection, retrieval"):
+        task_of({"task": "segmentation"}, where="results/runs/x/run.json")
 
 
 def test_the_catalog_lists_the_registered_tasks_and_the_schema_their_default():
@@ -51,5 +51,6 @@ def test_planning_fills_the_task_and_keeps_the_run_id():
 
 
 def test_an_unknown_task_fails_planning_naming_the_key():
-    with pytest.raises(PlanError, match=r"config run_overrides: task: unknown task 'detection'; registered: retrieval"):
-        resolve_run("suprank_sop", {"name": "smooth_ap"}, {"task": "detection"})
+    with pytest.raises(PlanError, match=r"config run_overrides: task: unknown task 'segmentation'; registered: "
+                                        r"detection, retrieval"):
+        resolve_run("suprank_sop", {"name": "smooth_ap"}, {"task": "segmentation"})

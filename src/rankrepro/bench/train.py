@@ -54,6 +54,8 @@ def cases(config: str | Path = "config.yaml") -> list[dict]:
             continue
     groups: dict[tuple, list[dict]] = {}
     for run in runs:
+        if run.get("task", "retrieval") != "retrieval":  # a detector is not timed here (its own profile rows)
+            continue
         key = (run["model"]["backbone"], run["model"]["pooling"]["name"], run["images"]["train_crop"])
         groups.setdefault(key, []).append(run)
     out = []

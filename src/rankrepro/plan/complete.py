@@ -107,7 +107,6 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
             raise PlanError(f"{_where(origins, path, context) if path else origin_of(origins, ()) + context}: "
                             f"{missing!r} is required and given by no setup, spec or override")
         raise PlanError(f"{_where(origins, path, context)}: {error.message}")
-    check_task(run, origins, catalog, context)
     for path, kind in NAME_REFS.items():
         if path == ("model", "backbone") and catalog["model"].get(run["model"]["name"], {}).get("task"):
             continue  # a task's own model (faster_rcnn) names backbones of its own: check_task checks them
@@ -115,6 +114,7 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
         if name not in catalog[kind]:
             raise PlanError(f"{_where(origins, path, context)}: unknown {kind} {name!r}; registered: "
                             f"{', '.join(sorted(catalog[kind]))}")
+    check_task(run, origins, catalog, context)
     for i, name in enumerate(run["eval"]["datasets"]):
         if name not in catalog["dataset"] or name == run["dataset"]:
             why = "the run's own dataset" if name == run["dataset"] else "an unknown dataset"

@@ -116,7 +116,8 @@ def run_cost(run: dict, profile: dict, counts: dict[str, int], other_counts: tup
     ``eval.datasets``, whose images (every split but ``train``) its final evaluation embeds too."""
     model, images = run["model"], run["images"]
     split = run.get("train_split", "train")
-    out = {"dataset": run["dataset"], "backbone": model["backbone"], "train_crop": images["train_crop"],
+    out = {"dataset": run["dataset"], "backbone": model["backbone"] if run.get("task", "retrieval") == "retrieval"
+           else f"{model['name']}/{model['backbone']}", "train_crop": images["train_crop"],
            "test_crop": images["test_crop"], "amp": run["amp"], "epochs": run["epochs"],
            "batch_size": run["sampler"]["batch_size"], "train_images": counts.get(split),
            "eval_images": sum(n for s, n in counts.items() if s != split),
@@ -128,8 +129,9 @@ def run_cost(run: dict, profile: dict, counts: dict[str, int], other_counts: tup
     per_epoch = out["train_images"]
     if run.get("max_batches_per_epoch"):
         per_epoch = min(per_epoch, run["max_batches_per_epoch"] * out["batch_size"])
-    out["train_ips"] = images_per_s(profile, "train", model["backbone"], images["train_crop"], run["amp"])
-    out["infer_ips"] = images_per_s(profile, "inference", model["backbone"], images["test_crop"], run["amp"])
+    network = model["backbone"] if run.get("task", "retrieval") == "retrieval" else f"{model['name']}/{model['backbone']}"
+    out["train_ips"] = images_per_s(profile, "train", network, images["train_crop"], run["amp"])
+    out["infer_ips"] = images_per_s(profile, "inference", network, images["test_crop"], run["amp"])
     out["train_h"] = per_epoch * run["epochs"] / out["train_ips"] / 3600
     out["eval_h"] = (out["eval_images"] * out["evaluations"] + out["other_eval_images"]) / out["infer_ips"] / 3600
     out["gpu_h"] = out["train_h"] + out["eval_h"]
