@@ -349,9 +349,12 @@ def test_the_config_gives_a_table_more_seeds():
     assert sorted(more["runs"][r]["seed"] for r in cell["run_ids"]) == [0, 3, 4]
     assert set(plain["runs"]) < set(more["runs"])  # seed 0 is the setup's: those runs are shared
     for seeds, message in [({"suprank/table99": [0]}, r"config seeds.suprank/table99: no table suprank/table99 in "
-                                                       r"the config's tables \(suprank/table1, rambo/table1\)"),
+                                                       r"the config's tables \(suprank/table1, rambo/table1\) nor "
+                                                       r"among the table specs"),
                            ({"rambo/table1": [0]}, r"config seeds.rambo/table1: a static table has no runs to seed"),
                            ({"suprank/table1": []}, r"(?s)config.*should be non-empty.*instance\['seeds'\]"),
                            ({"suprank": [0]}, r"(?s)config.*does not match.*instance\['seeds'\]")]:
         with pytest.raises(PlanError, match=message):
             plan_from_config({**json.loads(json.dumps(config)), "seeds": seeds})
+    # a table with a spec that this config does not list (a config layered over the demo's): its seeds unused
+    assert plan_from_config({**json.loads(json.dumps(config)), "seeds": {"rambo/table5": [0]}})["runs"] == plain["runs"]

@@ -22,7 +22,7 @@ from rankrepro.plan.model import Plan, TablePlan, run_record
 from rankrepro.plan.planner import Planner
 from rankrepro.plan.schema import SCHEMA_DIR, PlanError, fill_schema_defaults, load_schema, validate
 from rankrepro.plan.setups import load_setups
-from rankrepro.plan.specs import SPECS_DIR, load_spec
+from rankrepro.plan.specs import SPECS_DIR, load_spec, spec_names
 from rankrepro.tables.kinds import spec_kind
 
 __all__ = ["HGLDV2_DATASET", "HGLDV2_SOURCE", "PlanFiles", "make_plan", "plan_datasets", "plan_from_config",
@@ -50,9 +50,11 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
     read_datasets: set[str] = set()
     seeds = seeds or {}
     listed = [f"{paper}/{table}" for paper, names in tables.items() for table in names]
-    for key in seeds:
-        if key not in listed:
-            raise PlanError(f"config seeds.{key}: no table {key} in the config's tables ({', '.join(listed)})")
+    specs = {f"{paper}/{table}" for paper, table in spec_names(specs_dir)}
+    for key in seeds:  # a table with a spec but not in this config's tables (a config layered over another): unused
+        if key not in listed and key not in specs:
+            raise PlanError(f"config seeds.{key}: no table {key} in the config's tables ({', '.join(listed)}) "
+                            "nor among the table specs")
     for paper, names in tables.items():
         for table in names:
             spec = load_spec(paper, table, planner.schemas, specs_dir)
