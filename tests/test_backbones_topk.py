@@ -198,7 +198,7 @@ def test_a_table1_setup_trains_densenet201_on_cpu(tmp_path):
     """topk_densenet201_sop with demo-like overrides (random init, 32-pixel crops, one batch of the
     paper's sampler: 2 classes x 4 images, so l_k (k = 5) is not zero) on a generated SOP replica:
     the loss back-propagates into the backbone (no weight decay, so only its gradient moves it)."""
-    from rankrepro.engine.train import seed_everything, train
+    from rankrepro.engine.loop import seed_everything, train
     from rankrepro.plan.planner import resolve_run
     from rankrepro.models import build_model
 

@@ -16,10 +16,11 @@ from rankrepro.data import datasets
 from rankrepro.data.datasets.voc import CLASSES
 from rankrepro.data.manifest import read_manifest
 from rankrepro.data.samplers import build_sampler
-from rankrepro.engine import detection
-from rankrepro.engine.detection import VOCImages
+from rankrepro.engine import loop
+from rankrepro.engine.tasks import detection
+from rankrepro.engine.tasks.detection import VOCImages
 from rankrepro.models.detection import DETECTION_BACKBONES as MODEL_BACKBONES
-from rankrepro.plan import complete
+from rankrepro import catalog
 from rankrepro.plan.build import make_plan
 from rankrepro.plan.planner import Planner, resolve_run
 from rankrepro.plan.schema import PlanError
@@ -141,7 +142,7 @@ def tiny_run(**changes):
 def test_train_and_evaluate_on_the_replica(manifest_dir, tmp_path):
     run = tiny_run()
     assert run["task"] == "detection" and run["loss"]["classifier"] == "rambo_map"
-    model_path = detection.train(run, manifest_dir, tmp_path / "run", device="cpu", run_id="r", progress=False)
+    model_path = loop.train(run, manifest_dir, tmp_path / "run", device="cpu", run_id="r", progress=False)
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
     history = pd.read_csv(tmp_path / "run" / "history.csv")
     assert history["epoch"].tolist() == [1, 2] and history["batches"].tolist() == [2, 2]
@@ -174,17 +175,17 @@ class Interrupt(Exception):
 @pytest.mark.slow
 def test_exact_resume_with_the_rambo_memory(manifest_dir, tmp_path):
     run = tiny_run()
-    straight = detection.train(run, manifest_dir, tmp_path / "a", device="cpu", run_id="r", progress=False)
+    straight = loop.train(run, manifest_dir, tmp_path / "a", device="cpu", run_id="r", progress=False)
 
     def stop_after_first(epoch):
         if epoch == 0:
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        detection.train(run, manifest_dir, tmp_path / "b", device="cpu", run_id="r", progress=False,
+        loop.train(run, manifest_dir, tmp_path / "b", device="cpu", run_id="r", progress=False,
                         on_epoch_end=stop_after_first)
     assert (tmp_path / "b" / "checkpoint.pt").exists() and not (tmp_path / "b" / "model.pt").exists()
-    resumed = detection.train(run, manifest_dir, tmp_path / "b", device="cpu", run_id="r", progress=False)
+    resumed = loop.train(run, manifest_dir, tmp_path / "b", device="cpu", run_id="r", progress=False)
     a, b = torch.load(straight, weights_only=False), torch.load(resumed, weights_only=False)
     assert a["state_dict"].keys() == b["state_dict"].keys()
     assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
@@ -199,7 +200,7 @@ def test_exact_resume_with_the_rambo_memory(manifest_dir, tmp_path):
 
 def test_perfect_detector_scores_ap50_one(manifest_dir, tmp_path, monkeypatch):
     run = resolve_run("rambo_voc_frcnn_ce", {"name": "faster_rcnn"}, {**TINY, "epochs": 0})
-    model_path = detection.train(run, manifest_dir, tmp_path / "run", device="cpu", run_id="p", progress=False)
+    model_path = loop.train(run, manifest_dir, tmp_path / "run", device="cpu", run_id="p", progress=False)
 
     def ground_truth(model, dataset, device, batch_size, num_workers=0, progress=True):
         return [{"boxes": o[:, 1:5], "scores": np.ones(len(o)), "labels": o[:, 0].astype(np.int64)}
@@ -227,8 +228,9 @@ def test_evaluate_refuses_a_retrieval_manifest(manifest_dir, tmp_path):
 # -------------------------------------------------------------------------------- planner checks
 
 
-def test_detection_backbones_agree_with_the_model():
-    assert complete.DETECTION_BACKBONES == tuple(MODEL_BACKBONES)
+def test_the_planner_reads_the_detectors_backbones_from_the_task_facts():
+    facts = catalog.load()["task"]["detection"]["facts"]
+    assert facts["backbones"] == list(MODEL_BACKBONES)  # the catalog is written from the model's own list
 
 
 def test_a_retrieval_loss_in_a_detection_run_fails():

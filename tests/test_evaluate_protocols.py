@@ -29,7 +29,7 @@ METRICS = {"vehicleid": ["R@1", "R@5"], "dyml_vehicle": ["mAP", "ASI_level0", "R
            "dyml_product": ["mAP", "ASI_level0", "R@1"], "gldv2": ["mAP@100", "H-AP", "ASI", "NDCG"],
            "gldv2_hier": ["mAP@100", "H-AP", "ASI", "NDCG"]}
 TOP_KEYS = {"run_id", "dataset", "protocol", "splits", "replica", "n_images", "metrics", "seconds", "epoch", "select",
-            "best_test"}  # the last three: model selection (rankrepro.engine.selection)
+            "best_test"}  # the last three: model selection (rankrepro.record.selection)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ from datautil import sop_manifest
 
 from rankrepro import losses
 from rankrepro.engine.evaluate import evaluate
-from rankrepro.engine.train import build_loss, train
+from rankrepro.engine.loop import train
+from rankrepro.engine.tasks.retrieval import build_loss
 from rankrepro.losses.combined import WithBase
 from rankrepro.losses.face import ArcFace, Softmax
 from rankrepro.plan.complete import run_id

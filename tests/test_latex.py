@@ -36,7 +36,7 @@ def _fake_results(plan, root):
     """metrics.json for every run of ``plan`` (a value per metric its cells read, different per run, so
     that best / second marks appear; with a test curve one epoch better than the last, so that the
     tables show both) and a manifest meta.json per statistics dataset."""
-    from rankrepro.engine.selection import select_by_of, selection_record
+    from rankrepro.record.selection import select_by_of, selection_record
 
     metrics: dict[str, set] = {}
     for table in plan["tables"].values():

@@ -19,8 +19,8 @@ The labels have two levels, the digit and a coarse group (``digit // 2``: {0, 1}
 that the hierarchical losses (HAPPIER, Sup-HAP, CSL, ΣNSM, ...) get what they need; the flat losses
 read column 0.
 
-Everything a run gets comes from the project's own code, as :func:`rankrepro.engine.train.train`
-does it: the loss from :func:`rankrepro.engine.train.build_loss` (the registered defaults, the
+Everything a run gets comes from the project's own code, as :func:`rankrepro.engine.loop.train`
+does it: the loss from :func:`rankrepro.engine.tasks.retrieval.build_loss` (the registered defaults, the
 training set's sizes as context: number of classes per level, embedding size), the optimizer from
 :func:`rankrepro.engine.optim.build_optimizer` (groups backbone / head / loss, the proxies in
 the loss group at 10x the network's rate), the batches from :func:`rankrepro.data.samplers.build_sampler` (m-per-class), and
@@ -54,7 +54,7 @@ from torch import nn
 from rankrepro import losses
 from rankrepro.data.samplers import build_sampler
 from rankrepro.engine.optim import build_optimizer
-from rankrepro.engine.train import build_loss
+from rankrepro.engine.tasks.retrieval import build_loss
 from rankrepro.metrics import compute
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,8 @@ import torch
 from datautil import sop_manifest
 from torch.utils.data import Dataset
 
-from rankrepro.engine import train as train_module
-from rankrepro.engine.train import train
+from rankrepro.engine.tasks import retrieval as train_module
+from rankrepro.engine.loop import train
 from rankrepro.plan.planner import resolve_run
 from rankrepro.models import RetrievalNet
 from rankrepro.models.pca import Moments, init_projection_pca, pca_projection

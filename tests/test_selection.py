@@ -1,11 +1,11 @@
-"""Model selection on the test set (rankrepro.engine.selection): the curve's epochs, the best epoch of a
+"""Model selection on the test set (rankrepro.record.selection): the curve's epochs, the best epoch of a
 hand-made curve whose best is not its last, per test set of a grouped protocol, and what a table reads."""
 
 import math
 
 import pytest
 
-from rankrepro.engine.selection import (best_on_test, curve_csv, curve_epochs, read_curve, select_by_of,
+from rankrepro.record.selection import (best_on_test, curve_csv, curve_epochs, read_curve, select_by_of,
                                         selection_record, shown_metrics)
 
 

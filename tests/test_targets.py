@@ -11,7 +11,7 @@ import pytest
 
 from rankrepro.cli import main
 from rankrepro.engine.batch import STAGED_FILES
-from rankrepro.engine.runtime import runtime_flags
+from rankrepro.record.runtime import runtime_flags
 from rankrepro.plan.batches import train_batches
 from rankrepro.plan.build import PlanFiles, plan_from_config, write_plan
 from rankrepro.plan.complete import run_id

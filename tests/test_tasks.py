@@ -10,8 +10,10 @@ import yaml
 
 from rankrepro import catalog
 from rankrepro.engine.evaluate import evaluate
-from rankrepro.engine.tasks import DEFAULT_TASK, TASKS, task_of
-from rankrepro.engine.train import train
+from rankrepro.engine.loop import train
+from rankrepro.engine.tasks import TASKS, task_of
+from rankrepro.engine.tasks.retrieval import RetrievalTask
+from rankrepro.record.tasks import DEFAULT_TASK
 from rankrepro.plan.complete import ID_NEUTRAL_DEFAULTS, run_id
 from rankrepro.plan.planner import resolve_run
 from rankrepro.plan.schema import SCHEMA_DIR, PlanError
@@ -20,8 +22,9 @@ from rankrepro.registry import UnknownNameError
 
 def test_the_retrieval_task_trains_and_evaluates_retrieval_runs():
     task = task_of({"task": "retrieval"})
-    assert task.train is train and task.evaluate is evaluate
-    assert task_of({}) == task  # a run.json written before runs named their task
+    assert isinstance(task, RetrievalTask) and type(task).evaluator is evaluate
+    assert type(task_of({})) is RetrievalTask  # a run.json written before runs named their task
+    assert task_of({}) is not task_of({})  # one instance per run: a task keeps its run's parts
 
 
 def test_unknown_task_names_the_file_and_the_registered_tasks():

@@ -6,9 +6,9 @@ import pytest
 import torch
 from datautil import sop_manifest
 
-from rankrepro.engine import train as train_module
+from rankrepro.engine.tasks import retrieval as train_module
 from rankrepro.engine.evaluate import evaluate
-from rankrepro.engine.train import NonFiniteLossError, train
+from rankrepro.engine.loop import NonFiniteLossError, train
 from rankrepro.plan.planner import resolve_run
 
 
@@ -76,7 +76,7 @@ def test_checkpoint_of_another_run_is_refused(tmp_path, manifest_dir):
 
 def test_warmup_freezes_the_backbone_and_pauses_the_schedule(tmp_path, manifest_dir):
     run = tiny_run(epochs=1, warmup_epochs=1)
-    from rankrepro.engine.train import seed_everything
+    from rankrepro.engine.loop import seed_everything
     from rankrepro.models import build_model
 
     seed_everything(run["seed"])
@@ -142,8 +142,9 @@ def test_evaluate_any_compute_metric_on_every_level(tmp_path, manifest_dir):
     # the same numbers as compute() on the embeddings the model gives
     from rankrepro.data.images import ImageDataset
     from rankrepro.data.transforms import test_transform
-    from rankrepro.engine.device import resolve_device
-    from rankrepro.engine.evaluate import embed, load_model
+    from rankrepro.device import resolve_device
+    from rankrepro.engine.evaluate import embed
+    from rankrepro.engine.model_file import load_model
 
     test = read_manifest(manifest_dir).split("test")
     dev = resolve_device("cpu")
@@ -170,7 +171,7 @@ def _history_without_timing(folder):
 def test_evaluating_during_training_leaves_the_training_unchanged(tmp_path, manifest_dir):
     """every = 1 scores the model after each epoch; the weights and the history equal those of the same
     run without a curve (the RNG streams and the modules' train/eval flags are restored)."""
-    from rankrepro.engine.selection import read_curve
+    from rankrepro.record.selection import read_curve
 
     without = train(tiny_run(epochs=3, eval={"every": None}), manifest_dir, tmp_path / "a", run_id="r", progress=False)
     run = tiny_run(epochs=3, eval={"every": 1})
@@ -195,7 +196,7 @@ def test_evaluating_during_training_leaves_the_training_unchanged(tmp_path, mani
 
 @pytest.mark.slow
 def test_a_resumed_run_continues_its_curve(tmp_path, manifest_dir):
-    from rankrepro.engine.selection import read_curve
+    from rankrepro.record.selection import read_curve
 
     run = tiny_run(epochs=3, eval={"every": 1})
     train(run, manifest_dir, tmp_path / "a", run_id="r", progress=False)
@@ -219,7 +220,7 @@ def test_scoring_a_model_restores_its_modes_and_every_rng(tmp_path, manifest_dir
     import numpy as np
 
     from rankrepro.engine.curve import TestCurve
-    from rankrepro.engine.device import resolve_device
+    from rankrepro.device import resolve_device
     from rankrepro.models import build_model
 
     run = tiny_run(epochs=2, eval={"every": 1})

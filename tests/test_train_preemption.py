@@ -24,7 +24,7 @@ from test_train import tiny_run
 from rankrepro.data import datasets
 from rankrepro.engine.loader import TrainLoader
 from rankrepro.engine.preemption import CheckpointTimer, EpochProgress, StopSignal
-from rankrepro.engine.runtime import TrainRuntime
+from rankrepro.record.runtime import TrainRuntime
 from rankrepro.torchfile import load_plain
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -1,4 +1,4 @@
-"""The runtime speed settings (rankrepro.engine.runtime): none changes a CPU run; the flags match the config schema."""
+"""The runtime speed settings (rankrepro.record.runtime): none changes a CPU run; the flags match the config schema."""
 
 import io
 
@@ -9,8 +9,8 @@ from PIL import Image
 
 from rankrepro.cli import build_parser
 from rankrepro.engine.gpu_decode import decode_batch, tensor_train_transform
-from rankrepro.engine.runtime import FLAGS, RuntimeSettingError, TrainRuntime, runtime_flags, runtime_from_args
-from rankrepro.engine.train import train
+from rankrepro.record.runtime import FLAGS, RuntimeSettingError, TrainRuntime, runtime_flags, runtime_from_args
+from rankrepro.engine.loop import train
 from rankrepro.plan.schema import SCHEMA_DIR, load_yaml
 from test_train import Interrupt, _stop_after_first_epoch, _weights, tiny_run
 

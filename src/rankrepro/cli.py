@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from rankrepro.engine.runtime import add_runtime_flags
+from rankrepro.record.runtime import add_runtime_flags
 from rankrepro.hgldv2 import cli as hgldv2_cli
 
 
@@ -76,7 +76,7 @@ def cmd_cache(args) -> None:
 
 def _task(run_json: str | Path):
     """The run record at ``run_json`` (``results/runs/<id>/run.json``), its id (the folder's name, which its
-    ``id`` key must match where it has one) and its task (:mod:`rankrepro.engine.tasks`: trainer and evaluator)."""
+    ``id`` key must match where it has one) and its task (:mod:`rankrepro.engine.tasks`)."""
     from rankrepro.engine.tasks import task_of
 
     run, rid = _json(run_json), Path(run_json).parent.name
@@ -85,17 +85,26 @@ def _task(run_json: str | Path):
     return run, rid, task_of(run, where=str(run_json))
 
 
+def _settings(args, eval_image_cache: str | None):
+    """The job's :class:`~rankrepro.record.runtime.JobSettings` of the parsed flags (the runtime's from the flags of
+    :func:`rankrepro.record.runtime.add_runtime_flags` where the command has them)."""
+    from rankrepro.record.runtime import JobSettings, TrainRuntime, runtime_from_args
+
+    return JobSettings(device=args.device, num_workers=args.num_workers, progress=not args.no_progress,
+                       runtime=runtime_from_args(args) if hasattr(args, "checkpoint_minutes") else TrainRuntime(),
+                       image_cache=getattr(args, "image_cache", None), eval_image_cache=eval_image_cache,
+                       eval_batch_size=args.batch_size)
+
+
 def _train(args, run_json: str | Path, out_dir: Path, evaluate_out: str | Path | None,
            curve: str | Path | None) -> None:
-    """Train the run of ``run_json`` into ``out_dir`` (model.pt, history.csv) and, with ``evaluate_out``,
-    evaluate it into that metrics.json (and plot its curve). The runtime settings come from the flags of
-    :func:`rankrepro.engine.runtime.add_runtime_flags`."""
-    from rankrepro.engine.runtime import runtime_from_args
+    """Train the run of ``run_json`` into ``out_dir`` (model.pt, history.csv) through the training loop
+    (:func:`rankrepro.engine.loop.train`) and, with ``evaluate_out``, evaluate it into that metrics.json (and plot
+    its curve). The runtime settings come from the flags of :func:`rankrepro.record.runtime.add_runtime_flags`."""
+    from rankrepro.engine.loop import train
 
     run, rid, task = _task(run_json)
-    model = task.train(run, args.manifest, out_dir, device=args.device, num_workers=args.num_workers, run_id=rid,
-                       progress=not args.no_progress, image_cache=args.image_cache, runtime=runtime_from_args(args),
-                       eval_image_cache=args.eval_image_cache, eval_batch_size=args.batch_size)
+    model = train(run, args.manifest, out_dir, _settings(args, args.eval_image_cache), run_id=rid, task=task)
     if evaluate_out:  # the evaluation transform's cache, or the originals
         _evaluate(args, run_json, model, evaluate_out, args.eval_image_cache, curve, out_dir / "history.csv")
 
@@ -146,9 +155,7 @@ def _evaluate(args, run_json, model, out, image_cache: str | None, curve, histor
     evaluator, its datasets read from ``image_cache`` (None: the originals), and, with ``curve``, plot
     the run's training curve (its ``history`` csv, the final metrics in the title)."""
     run, rid, task = _task(run_json)
-    result = task.evaluate(run, args.manifest, model, out, device=args.device, num_workers=args.num_workers,
-                           batch_size=args.batch_size, run_id=rid, progress=not args.no_progress,
-                           image_cache=image_cache)
+    result = task.evaluate(run, args.manifest, model, out, _settings(args, image_cache), run_id=rid)
     if curve:
         from rankrepro.tables.plots import training_curve
 

@@ -228,13 +228,16 @@ class Entry:
 
     def as_json(self) -> dict:
         """The entry as the catalog stores it: target, fixed keywords (a function as its
-        ``module:qualname``, e.g. a task's trainer), parameters, accepts_any, and ``task`` when the
-        builder declares one."""
+        ``module:qualname``), parameters, accepts_any, ``task`` when the builder declares one, and ``facts``
+        when the builder declares facts with an ``as_json`` (a task's :class:`~rankrepro.record.tasks.TaskFacts`)."""
         fixed = {k: f"{v.__module__}:{v.__qualname__}" if callable(v) else v for k, v in self.fixed.items()}
         out = {"target": self.target, "fixed": fixed, "accepts_any": self.accepts_any,
                "parameters": {k: p.as_json() for k, p in self.parameters().items()}}
         if self.task is not None:
             out["task"] = self.task
+        facts = getattr(self.builder, "facts", None)
+        if hasattr(facts, "as_json"):
+            out["facts"] = facts.as_json()
         return out
 
     def build(self, *args, context: dict | None = None, complete: bool = False, **params):

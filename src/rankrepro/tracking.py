@@ -6,7 +6,7 @@ rule calls :func:`import_runs`, which mirrors them into MLflow: params (the flat
 run), per-epoch training metrics ``train/<name>`` (step = epoch), the test curve
 ``test/<metric>`` (step = epoch), the final metrics (``<metric>``, step 0) and the best
 epoch's on the test set (``best_test/<metric>``, step 0; ``best_test/epoch`` where one epoch
-gives them all: :mod:`rankrepro.engine.selection`), and the files as artifacts; each
+gives them all: :mod:`rankrepro.record.selection`), and the files as artifacts; each
 rendered table becomes a run of its own with its files as artifacts. Importing is idempotent: a run whose
 files did not change is kept, a changed one is replaced. The content hash that
 marks a run up to date is written last, with the FINISHED status, so a run left
@@ -26,7 +26,7 @@ import re
 import time
 from pathlib import Path
 
-from rankrepro.engine.selection import CURVE_FILE, read_curve
+from rankrepro.record.selection import CURVE_FILE, read_curve
 from rankrepro.io import atomic_write_json
 
 RUN_TAG = "rankrepro.run_id"

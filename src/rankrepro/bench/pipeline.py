@@ -195,9 +195,9 @@ def train_throughput(dataset, run: dict, device: str | torch.device, *, batch_si
     kept on the device instead). ``steps`` timed steps after ``warmup``."""
     from torch.utils.data import DataLoader, RandomSampler
 
-    from rankrepro.engine.device import autocast, grad_scaler
+    from rankrepro.device import autocast, grad_scaler
     from rankrepro.engine.optim import build_optimizer
-    from rankrepro.engine.train import build_loss
+    from rankrepro.engine.tasks.retrieval import build_loss
     from rankrepro.models import build_model
 
     device = torch.device(device)

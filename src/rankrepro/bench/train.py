@@ -40,10 +40,12 @@ CPU_BATCH = 4
 def cases(config: str | Path = "config.yaml") -> list[dict]:
     """One run per (backbone, pooling, train crop) of the config's plan and of the setups, with that group's most
     common batch size, sorted by backbone (the run's own model and images blocks; Smooth-AP loss)."""
+    from rankrepro.catalog import load as load_catalog
     from rankrepro.plan.build import plan_from_config
     from rankrepro.plan.planner import resolve_run
     from rankrepro.plan.schema import PlanError, load_yaml
     from rankrepro.plan.setups import load_setups
+    from rankrepro.record.tasks import facts_of
 
     loss = resolve_run("suprank_sop", {"name": "smooth_ap"})["loss"]
     runs = list(plan_from_config(load_yaml(Path(config)))["runs"].values())
@@ -52,9 +54,10 @@ def cases(config: str | Path = "config.yaml") -> list[dict]:
             runs.append(resolve_run(name, {"name": "smooth_ap"}))
         except PlanError:  # an abstract base setup (no dataset): its children are listed
             continue
+    tasks_catalog = load_catalog()
     groups: dict[tuple, list[dict]] = {}
     for run in runs:
-        if run.get("task", "retrieval") != "retrieval":  # a detector is not timed here (its own profile rows)
+        if not facts_of(run, tasks_catalog)["benched"]:  # a task whose profile rows come from elsewhere
             continue
         key = (run["model"]["backbone"], run["model"]["pooling"]["name"], run["images"]["train_crop"])
         groups.setdefault(key, []).append(run)
@@ -68,7 +71,7 @@ def cases(config: str | Path = "config.yaml") -> list[dict]:
 
 def inference_throughput(run: dict, device: torch.device, batch_size: int, warmup: int, steps: int) -> float:
     """Images/s of forward passes without gradient on one random batch on ``device`` (fp16 autocast on CUDA)."""
-    from rankrepro.engine.device import autocast
+    from rankrepro.device import autocast
     from rankrepro.models import build_model
 
     model = build_model(dict(run["model"], pretrained="none")).to(device).to(memory_format=torch.channels_last).eval()

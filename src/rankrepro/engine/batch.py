@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from rankrepro.engine.selection import CURVE_FILE
+from rankrepro.record.selection import CURVE_FILE
 from rankrepro.io import atomic_path, atomic_write_json
 
 __all__ = ["OPTIONAL_STAGED_FILES", "STAGED_FILES", "AdoptError", "BatchRunsFailed", "adopt", "is_staged", "train_batch"]

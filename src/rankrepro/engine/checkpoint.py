@@ -19,16 +19,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rankrepro.engine.preemption import EpochProgress
 from rankrepro.io import atomic_path
 from rankrepro.torchfile import TorchFileError, UnreadableTorchFileError, load_plain
 
-#: the keys :func:`save_checkpoint`'s callers store (train.py), ``rng`` added by it; ``epoch`` is the last
-#: finished epoch (0-based, -1: none). train.py also stores ``curve`` (the test curve,
-#: :mod:`rankrepro.engine.curve`) and ``partial`` (None after an epoch, else the position inside the next,
-#: :class:`~rankrepro.engine.preemption.EpochProgress`), not required: a checkpoint written before they
-#: existed resumes with an empty curve, at an epoch's end
-CHECKPOINT_KEYS = frozenset({"run_id", "epoch", "model", "criterion", "optimizer", "scheduler", "scaler",
-                             "history", "rng"})
+#: the keys the training loop (:mod:`rankrepro.engine.loop`) stores, ``rng`` added by :func:`save_checkpoint`;
+#: ``epoch`` is the last finished epoch (0-based, -1: none). Not required: ``scaler`` (the AMP scaler's state;
+#: a checkpoint of a detection run written before the loop was shared has none, or None), ``partial`` (None after
+#: an epoch, else the position inside the next, :class:`~rankrepro.engine.preemption.EpochProgress`) and the
+#: task's own state (the retrieval task's test curve, ``curve``): a checkpoint written before they existed resumes
+#: with a fresh scaler and curve, at an epoch's end
+CHECKPOINT_KEYS = frozenset({"run_id", "epoch", "model", "criterion", "optimizer", "scheduler", "history", "rng"})
+#: the parts :func:`restore` loads when the checkpoint holds them (absent or None: the part stays as built)
+OPTIONAL_PARTS = frozenset({"scaler"})
 RESTART = "remove it to restart the run from scratch"
 
 
@@ -81,3 +84,20 @@ def load_checkpoint(path: str | Path) -> dict | None:
         raise TorchFileError(path, f"not a checkpoint of this version (keys {keys}; expected "
                                    f"{sorted(CHECKPOINT_KEYS)})", RESTART)
     return state
+
+
+def restore(state: dict, path: str | Path, run_id: str, **parts) -> tuple[list[dict], int, EpochProgress | None]:
+    """Load the checkpoint ``state`` (read from ``path`` by :func:`load_checkpoint`) into ``parts`` (name: an object
+    with ``load_state_dict``, e.g. ``model=``, ``criterion=``, ``optimizer=``, ``scheduler=``, ``scaler=``; those of
+    :data:`OPTIONAL_PARTS` only when the checkpoint holds them) and restore every RNG. Returns the history so far,
+    the first epoch to train (0-based) and the position inside it (None: from its start). A checkpoint of another
+    run is a ``RuntimeError`` naming the file."""
+    if state.get("run_id") != run_id:
+        raise RuntimeError(f"{path} belongs to run {state.get('run_id')!r}, not {run_id!r}; remove it")
+    for name, part in parts.items():
+        if state.get(name) is None and name in OPTIONAL_PARTS:
+            continue
+        part.load_state_dict(state[name])
+    set_rng_state(state["rng"])
+    resumed = EpochProgress.from_state(state["partial"]) if state.get("partial") else None
+    return state["history"], state["epoch"] + 1, resumed

@@ -1,12 +1,12 @@
 """The test curve of a run in training: its test metrics every ``eval.every`` epochs and at its last.
 
-The trainer (:func:`rankrepro.engine.train.train`) builds one :class:`TestCurve` per run and calls
+The retrieval task (:mod:`rankrepro.engine.tasks.retrieval`) builds one :class:`TestCurve` per run and calls
 :meth:`TestCurve.after_epoch` at the end of each epoch, before it writes the epoch's checkpoint (which
 holds :attr:`TestCurve.rows`, so a resumed run continues its curve). At a curve epoch
-(:func:`rankrepro.engine.selection.curve_epochs`) the model is scored exactly as the evaluate step scores
+(:func:`rankrepro.record.selection.curve_epochs`) the model is scored exactly as the evaluate step scores
 the final model (:func:`rankrepro.engine.evaluate.score`: the run's test protocol, transform and
 metrics) and the row ``{"epoch", "seconds", <metric key>: value ...}`` is added to ``curve.csv`` in the
-run's folder (:data:`~rankrepro.engine.selection.CURVE_FILE`, rewritten whole, atomically).
+run's folder (:data:`~rankrepro.record.selection.CURVE_FILE`, rewritten whole, atomically).
 
 Scoring leaves training as it was: every RNG state (Python, numpy, torch, CUDA; the evaluation's
 DataLoader draws a seed from torch's) is restored afterwards, and so is each module's train/eval flag,
@@ -24,7 +24,7 @@ import torch
 from rankrepro.data.manifest import read_manifest
 from rankrepro.engine.checkpoint import rng_state, set_rng_state
 from rankrepro.engine.evaluate import score
-from rankrepro.engine.selection import CURVE_FILE, curve_csv, curve_epochs
+from rankrepro.record.selection import CURVE_FILE, curve_csv, curve_epochs
 from rankrepro.io import atomic_write_text
 
 __all__ = ["TestCurve"]

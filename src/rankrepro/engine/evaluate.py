@@ -1,4 +1,4 @@
-"""Embed the evaluation splits with a trained model and compute their retrieval metrics."""
+"""The retrieval task's evaluation: embed the evaluation splits with a trained model and compute their metrics."""
 
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ from tqdm import tqdm
 from rankrepro.data.images import ImageDataset
 from rankrepro.data.manifest import Manifest, read_manifest
 from rankrepro.data.transforms import test_transform
-from rankrepro.engine.device import autocast, resolve_device
-from rankrepro.engine.selection import CURVE_FILE, read_curve, selection_record
+from rankrepro.device import autocast, resolve_device
+from rankrepro.record.selection import CURVE_FILE, read_curve, selection_record
+from rankrepro.engine.model_file import load_model
 from rankrepro.io import atomic_write_json
 from rankrepro.metrics import compute, protocols
-from rankrepro.models import build_model
-from rankrepro.torchfile import TorchFileError, load_plain
 
 
 @torch.no_grad()
@@ -35,26 +34,6 @@ def embed(model, dataset, device: torch.device, amp: str, batch_size: int = 256,
         with autocast(device, amp):
             chunks.append(model(images.to(device, non_blocking=True)).float().cpu())
     return torch.cat(chunks).numpy()
-
-
-#: what to do about a ``model.pt`` that cannot be used
-RETRAIN = ("the run must be retrained: remove it and run the run's training again "
-           "(Snakemake retrains a run whose model.pt is missing)")
-
-
-def load_model(model_path: str | Path, device: torch.device):
-    """The model ``train`` saved in ``model_path`` (``model_cfg`` and ``state_dict``), on ``device``.
-    The file is read with :func:`rankrepro.torchfile.load_plain` (tensors and plain data only:
-    a crafted file is refused, nothing in it runs); an unusable file raises
-    :class:`~rankrepro.torchfile.TorchFileError` naming it and saying to retrain."""
-    state = load_plain(model_path, remedy=RETRAIN)
-    if not isinstance(state, dict) or not {"model_cfg", "state_dict"} <= state.keys():
-        raise TorchFileError(Path(model_path), "not a model file of this version (no model_cfg and state_dict)",
-                             RETRAIN)
-    cfg = dict(state["model_cfg"], pretrained="none")
-    model = build_model(cfg)
-    model.load_state_dict(state["state_dict"])
-    return model.to(device)
 
 
 def distinct_images(parts: dict[str, Manifest]) -> tuple[Manifest, dict[str, np.ndarray]]:
@@ -131,7 +110,7 @@ def evaluate(run: dict, manifest_dir: str | Path, model_path: str | Path, out_pa
 
     ``metrics`` are the final model's; ``epoch``, ``select`` and ``best_test`` (the best epoch on the
     test set, from the test curve ``curve.csv`` beside ``model_path`` when the run has one) are
-    :func:`rankrepro.engine.selection.selection_record`'s.
+    :func:`rankrepro.record.selection.selection_record`'s.
 
     The run's ``eval.datasets`` (other datasets, their manifests beside ``manifest_dir``:
     ``<parent>/<name>``) are scored too, each under its own protocol from its original images: their

@@ -28,7 +28,7 @@ from torch.utils.data._utils.worker import _generate_state
 
 from rankrepro.engine.gpu_decode import EncodedImages, collate_encoded, decode_batch, tensor_train_transform
 from rankrepro.engine.preemption import ignore_stop_signal
-from rankrepro.engine.runtime import TrainRuntime
+from rankrepro.record.runtime import TrainRuntime
 
 __all__ = ["TrainLoader", "epoch_base_seed"]
 

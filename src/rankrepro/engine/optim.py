@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from rankrepro.plan.groups import GROUPS_KEY, MODEL_GROUPS
+from rankrepro.record.groups import GROUPS_KEY, MODEL_GROUPS
 from rankrepro.registry import NonNegativeFloat, PositiveInt, Registry
 
 OPTIMIZERS = Registry("optimizer", context=("groups",))

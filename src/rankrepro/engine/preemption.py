@@ -1,7 +1,7 @@
 """Stopping a training anywhere and resuming it at the same step: timed checkpoints and SIGTERM.
 
 A GLDv2 epoch lasts hours, longer than a job may run, so besides the checkpoint after every epoch the
-trainer (:func:`rankrepro.engine.train.train`) saves one inside an epoch
+training loop (:func:`rankrepro.engine.loop.train`) saves one inside an epoch
 
 - every ``runtime.checkpoint_minutes`` of wall clock (:class:`CheckpointTimer`; 0: after each epoch only),
   so a job killed without warning loses at most that much training (and the step, or the scoring of a

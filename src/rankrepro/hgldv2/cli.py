@@ -39,7 +39,7 @@ def cmd_clean(args) -> None:
 
 
 def cmd_cluster(args) -> None:
-    from rankrepro.engine.device import resolve_device
+    from rankrepro.device import resolve_device
     from rankrepro.hgldv2 import cluster
 
     args.device = str(resolve_device(args.device))

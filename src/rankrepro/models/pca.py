@@ -96,7 +96,7 @@ def init_projection_pca(model: nn.Module, dataset: Dataset, *, device: torch.dev
 
     ``whiten``: None takes the model's ``pca_whiten``. Consumes no global random state. Returns
     ``{"images": how many, "whiten": bool}``."""
-    from rankrepro.engine.device import autocast
+    from rankrepro.device import autocast
 
     layer = model.projection_layer
     if not isinstance(layer, nn.Linear):

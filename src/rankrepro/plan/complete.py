@@ -21,6 +21,7 @@ from rankrepro.catalog import COMPONENTS, NAME_REFS, OPTIONAL_COMPONENTS
 from rankrepro.plan.groups import complete_groups
 from rankrepro.plan.merge import get_path, origin_of
 from rankrepro.plan.schema import PlanError, Schemas, dotted, fill_schema_defaults, first_error
+from rankrepro.record.tasks import DEFAULT_TASK, facts_of
 from rankrepro.registry import ParameterError, check_parameters
 
 __all__ = ["ID_NEUTRAL_DEFAULTS", "SCHEMA_DEFAULT", "canonical_json", "check_batch_split", "check_index_blocks",
@@ -38,7 +39,7 @@ def canonical_json(obj) -> str:
 #: keys added to the run record after run ids were fixed (dotted paths), with their defaults: :func:`run_id`
 #: leaves such a key out of the hash while it equals its default, so every run planned before the key existed
 #: keeps its id (results/runs/<id>/ stays where it is); any other value is hashed like every key
-ID_NEUTRAL_DEFAULTS = {"task": "retrieval", "eval.every": None, "eval.select": "last", "eval.select_by": None,
+ID_NEUTRAL_DEFAULTS = {"task": DEFAULT_TASK, "eval.every": None, "eval.select": "last", "eval.select_by": None,
                        "images.face": None, "base_loss": None, "eval.datasets": [],
                        "grad_clip": None}
 
@@ -108,8 +109,9 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
                             f"{missing!r} is required and given by no setup, spec or override")
         raise PlanError(f"{_where(origins, path, context)}: {error.message}")
     for path, kind in NAME_REFS.items():
-        if path == ("model", "backbone") and catalog["model"].get(run["model"]["name"], {}).get("task"):
-            continue  # a task's own model (faster_rcnn) names backbones of its own: check_task checks them
+        if path == ("model", "backbone") and run["task"] in catalog["task"] and \
+                facts_of(run, catalog)["backbones"] is not None:
+            continue  # a task whose model takes backbones of its own (faster_rcnn): check_task checks them
         name = get_path(run, path)
         if name not in catalog[kind]:
             raise PlanError(f"{_where(origins, path, context)}: unknown {kind} {name!r}; registered: "
@@ -155,11 +157,12 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
                         f"exceeds epochs ({run['epochs']}, {origin_of(origins, ('epochs',))})")
     from rankrepro.metrics.names import parse_metric
 
+    known = facts_of(run, catalog)["metrics"]  # None: the retrieval metric grammar
     for i, name in enumerate(run["eval"]["metrics"]):
         try:
-            if run["task"] == "detection":
-                if name not in DETECTION_METRICS:
-                    raise ValueError(f"unknown detection metric {name!r}; known: {', '.join(DETECTION_METRICS)}")
+            if known is not None:
+                if name not in known:
+                    raise ValueError(f"unknown {run['task']} metric {name!r}; known: {', '.join(known)}")
             else:
                 parse_metric(name)
         except ValueError as err:
@@ -168,33 +171,27 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
     return run
 
 
-#: the metrics a detection run computes (rankrepro.engine.detection) and the backbones of its model
-#: (rankrepro.models.detection.DETECTION_BACKBONES, the same names: a test checks)
-DETECTION_METRICS = ("AP50",)
-DETECTION_BACKBONES = ("resnet50", "resnet101", "resnext101_32x4d")
-
-
 def check_task(run: dict, origins: dict, catalog: dict, context: str = "") -> None:
     """:class:`PlanError` naming where the value was set when the run's model or loss belongs to another task
-    than the run's (``task``, its loss's and its model's catalog ``task``, absent = retrieval), when a detection
-    run's backbone is not one of :data:`DETECTION_BACKBONES` or it asks for what the detection trainer does not do
-    (``eval.every``, ``eval.datasets``, ``base_loss``, ``images.face``)."""
+    than the run's (``task``; its loss's and its model's catalog ``task``, absent: the default task), or when the
+    run asks for what its task's facts (:class:`~rankrepro.record.tasks.TaskFacts`, from the catalog) do not
+    allow: a backbone its model does not take, a run key the task refuses set to another value than its only one."""
     task = run["task"]
     for path, kind in ((("model", "name"), "model"), (("loss", "name"), "loss")):
         name = get_path(run, path)
-        own = catalog[kind].get(name, {}).get("task") or "retrieval"
+        own = catalog[kind].get(name, {}).get("task") or DEFAULT_TASK
         if name in catalog[kind] and own != task:
             raise PlanError(f"{_where(origins, path, context)}: {kind} {name!r} is a {own} {kind}, the run's task is "
                             f"{task!r} ({origin_of(origins, ('task',))})")
-    if task != "detection":
-        return
-    if run["model"].get("backbone", "resnet50") not in DETECTION_BACKBONES:
-        raise PlanError(f"{_where(origins, ('model', 'backbone'), context)}: {run['model']['backbone']!r} is no backbone "
-                        f"of the detector; known: {', '.join(DETECTION_BACKBONES)}")
-    for path, default in ((("eval", "every"), None), (("eval", "datasets"), []), (("base_loss",), None),
-                          (("images", "face"), None)):
-        if get_path(run, path) != default:
-            raise PlanError(f"{_where(origins, path, context)}: a detection run has no {dotted(path)} (only {default!r})")
+    facts = facts_of(run, catalog)
+    backbone = run["model"].get("backbone")
+    if facts["backbones"] is not None and backbone not in facts["backbones"]:
+        raise PlanError(f"{_where(origins, ('model', 'backbone'), context)}: {backbone!r} is no backbone of the "
+                        f"{task} task's model; known: {', '.join(facts['backbones'])}")
+    for key, only in facts["refused"].items():
+        path = tuple(key.split("."))
+        if get_path(run, path) != only:
+            raise PlanError(f"{_where(origins, path, context)}: a {task} run has no {key} (only {only!r})")
 
 
 def check_index_blocks(run: dict, origins: dict, context: str = "") -> None:
@@ -209,7 +206,7 @@ def check_index_blocks(run: dict, origins: dict, context: str = "") -> None:
 
 def check_select_by(run: dict, origins: dict, context: str = "") -> None:
     """:class:`PlanError` naming where the run's ``eval`` block was set when its model selection
-    (:mod:`rankrepro.engine.selection`) cannot work: ``select_by`` not one of ``metrics``; the metric that
+    (:mod:`rankrepro.record.selection`) cannot work: ``select_by`` not one of ``metrics``; the metric that
     picks the best epoch (``select_by``, or the first of ``metrics``) one where lower is better
     (``dists@...``) while a test curve is kept (``every``); ``select: best_test`` without a curve."""
     block = run["eval"]

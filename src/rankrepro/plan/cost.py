@@ -11,7 +11,7 @@ A run's estimate is training plus evaluation on one GPU of a kind (``--gpu``, de
   its 46,593 landmarks, about 373k of its 971k images, so its estimate is about 2.6x too high);
 - evaluation images: the images of every split but the training split; evaluations: one (the run's
   ``evaluate`` job) plus, with ``eval.every``, one per epoch of its test curve
-  (:func:`rankrepro.engine.selection.curve_epochs`);
+  (:func:`rankrepro.record.selection.curve_epochs`);
 - image counts, in order: the prepared manifest (``<results>/manifests/<dataset>/meta.json``), the dataset's
   declared ``expected_counts``, :data:`PUBLISHED_IMAGES`, then those of the dataset it derives from or shares its
   source with (merge3 relabels SOP's images, H-GLDv2 GLDv2's); a run whose training count is unknown (DyML) is
@@ -30,7 +30,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rankrepro.engine.selection import curve_epochs
+from rankrepro import catalog
+from rankrepro.record.selection import curve_epochs
+from rankrepro.record.tasks import throughput_network
 from rankrepro.io import load_yaml
 from rankrepro.plan.model import Plan
 
@@ -116,8 +118,8 @@ def run_cost(run: dict, profile: dict, counts: dict[str, int], other_counts: tup
     ``eval.datasets``, whose images (every split but ``train``) its final evaluation embeds too."""
     model, images = run["model"], run["images"]
     split = run.get("train_split", "train")
-    out = {"dataset": run["dataset"], "backbone": model["backbone"] if run.get("task", "retrieval") == "retrieval"
-           else f"{model['name']}/{model['backbone']}", "train_crop": images["train_crop"],
+    network = throughput_network(run, catalog.load())
+    out = {"dataset": run["dataset"], "backbone": network, "train_crop": images["train_crop"],
            "test_crop": images["test_crop"], "amp": run["amp"], "epochs": run["epochs"],
            "batch_size": run["sampler"]["batch_size"], "train_images": counts.get(split),
            "eval_images": sum(n for s, n in counts.items() if s != split),
@@ -129,7 +131,6 @@ def run_cost(run: dict, profile: dict, counts: dict[str, int], other_counts: tup
     per_epoch = out["train_images"]
     if run.get("max_batches_per_epoch"):
         per_epoch = min(per_epoch, run["max_batches_per_epoch"] * out["batch_size"])
-    network = model["backbone"] if run.get("task", "retrieval") == "retrieval" else f"{model['name']}/{model['backbone']}"
     out["train_ips"] = images_per_s(profile, "train", network, images["train_crop"], run["amp"])
     out["infer_ips"] = images_per_s(profile, "inference", network, images["test_crop"], run["amp"])
     out["train_h"] = per_epoch * run["epochs"] / out["train_ips"] / 3600

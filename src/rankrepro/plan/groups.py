@@ -22,11 +22,10 @@ import copy
 
 from rankrepro.plan.merge import origin_of
 from rankrepro.plan.schema import PlanError, dotted
+from rankrepro.record.groups import GROUPS_KEY, MODEL_GROUPS
 
-__all__ = ["GROUPS_KEY", "MODEL_GROUPS", "SCHEDULES_WITH_FLOOR", "complete_groups"]
+__all__ = ["SCHEDULES_WITH_FLOOR", "complete_groups"]
 
-GROUPS_KEY = "groups"  # the optimizer-block key that is not an optimizer parameter
-MODEL_GROUPS = ("backbone", "head", "net")  # the groups of the model's parameters; "loss" holds the loss's
 #: the schedules with a floor a group may set (``lr_min``, rankrepro.engine.optim): others fail the plan when one does
 SCHEDULES_WITH_FLOOR = ("cosine",)
 

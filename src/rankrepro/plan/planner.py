@@ -25,12 +25,12 @@ from rankrepro.plan.complete import canonical_json, complete_run, provenance, ru
 from rankrepro.plan.merge import get_path, merge_layers
 from rankrepro.plan.planned import dataset_pending, load_planned, run_pending
 from rankrepro.plan.schema import PlanError, Schemas, dotted, validate
+from rankrepro.record.tasks import DEFAULT_TASK
 from rankrepro.plan.setups import Setup, apply_per_loss, check_per_loss, load_setups, setup_layers
 
 __all__ = ["Planner", "resolve_run", "PER_TASK"]
 
 PER_TASK = "per_task"
-DEFAULT_TASK = "retrieval"  # rankrepro.engine.tasks.DEFAULT_TASK (the planner imports no torch)
 
 
 class Planner:

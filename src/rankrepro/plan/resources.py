@@ -51,8 +51,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankrepro.engine.runtime import TrainRuntime
-from rankrepro.engine.selection import curve_epochs
+from rankrepro.record.runtime import TrainRuntime
+from rankrepro.record.selection import curve_epochs
 from rankrepro.plan.cost import PROFILES_DIR, ProfileError, load_profile, run_cost, split_images
 from rankrepro.plan.model import Plan
 from rankrepro.plan.schema import PlanError, fill_schema_defaults, load_schema, validate
@@ -60,7 +60,7 @@ from rankrepro.plan.schema import PlanError, fill_schema_defaults, load_schema, 
 __all__ = ["BASE_MB", "CUDA_MB", "WORKER_MB", "ROW_BYTES", "HEADROOM", "CPU_ACTIVATION_MB", "UNKNOWN_IMAGES",
            "ClusterResources", "Work", "cluster_settings"]
 
-#: measured: the RSS of a process that imported torch 2.14 (CUDA build), torchvision and rankrepro.engine.train
+#: measured: the RSS of a process that imported torch 2.14 (CUDA build), torchvision and rankrepro.engine.loop
 #: and holds a ResNet-50 with its gradients and Adam state, on this CPU: 1,471 MB
 BASE_MB = 1500
 #: assumed (not measured: no GPU here): host memory of a CUDA context (driver, cuBLAS, cuDNN workspaces' host side)

@@ -14,7 +14,7 @@ Paths are relative to the workflow's folder:
 - ``results/runs/<id>/``: run.json, model.pt, history.csv (:meth:`WorkflowTargets.train_files`),
   metrics.json, curve.png (:meth:`WorkflowTargets.evaluate_files`); with ``eval.every`` the train job also
   writes the test curve curve.csv there, not a declared output (a run without one has none; the evaluate
-  step reads it beside model.pt, :mod:`rankrepro.engine.selection`);
+  step reads it beside model.pt, :mod:`rankrepro.record.selection`);
 - ``results/batches/<batch>/batch.json`` and ``results/batches/staged/<id>/``: training batches
   (``runtime.runs_per_job`` > 1; :mod:`rankrepro.plan.batches`, :mod:`rankrepro.engine.batch`);
 - ``results/plan/``, ``results/tables/<paper>/<table>.*``, ``results/synthetic/``, ``results/hgldv2/``;
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import rankrepro.hgldv2
 from rankrepro.data.cache import resize_uses_cache
-from rankrepro.engine.runtime import runtime_flags
+from rankrepro.record.runtime import runtime_flags
 from rankrepro.plan.batches import BatchError, train_batches
 from rankrepro.plan.model import Plan, manifest_path
 from rankrepro.plan.resources import ClusterResources, Work

@@ -29,7 +29,7 @@ import copy
 import difflib
 
 from rankrepro.plan.complete import leaf_paths
-from rankrepro.plan.groups import GROUPS_KEY
+from rankrepro.record.groups import GROUPS_KEY
 from rankrepro.plan.model import Plan, TablePlan
 from rankrepro.plan.schema import dotted
 from rankrepro.recipe.origins import NOT_RECORDED, cell_column, cell_row

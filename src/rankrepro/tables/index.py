@@ -26,7 +26,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from rankrepro.engine.selection import CURVE_FILE, read_curve
+from rankrepro.record.selection import CURVE_FILE, read_curve
 from rankrepro.io import atomic_write_text
 from rankrepro.plan.cost import ProfileError, plan_cost
 from rankrepro.plan.model import Plan, TablePlan, as_table_plan

@@ -18,7 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from rankrepro.engine.selection import CURVE_FILE, read_curve
+from rankrepro.record.selection import CURVE_FILE, read_curve
 from rankrepro.io import atomic_path
 
 #: history.csv columns that are not curves (bookkeeping) or get their own panel

@@ -22,7 +22,7 @@ The index entry and HTML page here are those of a table of numbers (its CSV's ``
 - **data**: ``replica`` when any number of ours comes from a generated replica, ``real`` when
   ours come from the real data, ``—`` when nothing is ours yet;
 - **best − last**: over the reproduced cells of percent columns with both numbers (a test curve:
-  :mod:`rankrepro.engine.selection`), the mean of the best epoch's on the test set minus the last
+  :mod:`rankrepro.record.selection`), the mean of the best epoch's on the test set minus the last
   epoch's, in points (``gap``, over ``gap_cells``; None without such a cell): how much choosing the
   epoch on the test set, as Smooth-AP, PNP, RaMBO and top-k report, adds;
 - **hours**: the wall time of the table's runs (:func:`rankrepro.tables.index.run_hours`), summed

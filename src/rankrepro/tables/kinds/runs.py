@@ -16,7 +16,7 @@ value in bold and the second best underlined, separately for the paper's numbers
 (:func:`best_marks`; the rules: ``src/rankrepro/plan/schemas/table.schema.yaml``).
 
 **Which epoch.** Each run's metrics.json holds its last epoch's metrics and its best epoch's on the
-test set (:mod:`rankrepro.engine.selection`); ours shows the one its runs' ``eval.select`` chooses
+test set (:mod:`rankrepro.record.selection`); ours shows the one its runs' ``eval.select`` chooses
 (each seed its own best epoch, then the mean), and the page says which (:func:`selection_note`). The
 other number stands in a fourth sub-column beside paper, ours and Δ: ``last`` in a table whose ours
 is the best epoch on the test set (the paper's protocol, optimistic: the honest number must stay in
@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rankrepro.engine.selection import SELECT, shown_metrics
+from rankrepro.record.selection import SELECT, shown_metrics
 from rankrepro.plan.complete import run_id
 from rankrepro.plan.schema import PlanError, validate
 from rankrepro.plan.setups import check_per_loss
@@ -81,7 +81,7 @@ def seed_stats(values: Sequence[float]) -> tuple[float, float | None, int]:
 def cell_values(cells: list[dict], runs_dir: str | Path, spec: dict) -> tuple[dict, bool]:
     """{(row, column): {"last", "best": (mean, std or None, n), "select": "last" | "best_test",
     "select_by"}} in the column's unit (:func:`column_unit`): the last epoch's and the best epoch's on
-    the test set (:mod:`rankrepro.engine.selection`) over the cell's runs (``best`` (None, None, 0) unless
+    the test set (:mod:`rankrepro.record.selection`) over the cell's runs (``best`` (None, None, 0) unless
     every run of the cell has a test curve: without one there is no best epoch to show), and which of them
     ours shows (its runs' ``eval.select``); and whether any run used replica data."""
     values, replica = {}, False
@@ -247,7 +247,7 @@ def _other(entry: dict, pm: str = "±") -> str:
 
 
 def selection_note(rows: list[dict]) -> str:
-    """What the page says of its numbers of ours: which epoch they are (:data:`rankrepro.engine.selection.SELECT`),
+    """What the page says of its numbers of ours: which epoch they are (:data:`rankrepro.record.selection.SELECT`),
     what the other sub-column shows, and the ± over seeds; "" when nothing is ours yet."""
     selects = sorted({e["select"] for e in rows if e["select"]})
     by = ", ".join(sorted({e["select_by"] for e in rows if e["select_by"]})) or "its first metric"

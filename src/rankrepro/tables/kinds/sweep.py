@@ -9,7 +9,7 @@ value is, in percent:
 
 - without a reference, the mean over seeds of the panel's metric (``100 * metrics[metric]``; of the
   epoch its runs' ``eval.select`` chooses, the last or the best on the test set, and the page says which:
-  :func:`rankrepro.engine.selection.shown_metrics`), with ``± std`` (sample, ddof = 1) when there are several seeds;
+  :func:`rankrepro.record.selection.shown_metrics`), with ``± std`` (sample, ddof = 1) when there are several seeds;
 - with a reference, the relative gain ``100 * (ours - ref) / ref`` of the metric over the
   reference run (SupRank Fig. 6: adding L_DG* to Sup-AP, per batch size), per seed when both
   sides have the same seeds (mean ± std of the per-seed gains), else of the means.
@@ -29,7 +29,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rankrepro.engine.selection import SELECT, shown_metrics
+from rankrepro.record.selection import SELECT, shown_metrics
 from rankrepro.io import atomic_path
 from rankrepro.plan.complete import run_id
 from rankrepro.plan.merge import get_path
@@ -207,7 +207,7 @@ def _what(panel: dict) -> str:
 
 
 def selection_note(entries: list[dict]) -> str:
-    """Which epoch ours is (:data:`rankrepro.engine.selection.SELECT`), "" when nothing is ours yet."""
+    """Which epoch ours is (:data:`rankrepro.record.selection.SELECT`), "" when nothing is ours yet."""
     selects = sorted({s for e in entries for s in (e.get("select") or "").split()})
     if not selects:
         return ""

@@ -1,8 +1,12 @@
-"""How a run is trained on this machine: speed settings that are never part of the run record or its id.
+"""How a run is trained on this machine: settings that are never part of the run record or its id.
+
+:class:`JobSettings` is everything a training or evaluation job is given besides the run (device, loader
+workers, progress bars, image caches, evaluation batch and the speed settings below): the one object the
+training loop (:mod:`rankrepro.engine.loop`) and every task (:mod:`rankrepro.engine.tasks`) take.
 
 :class:`TrainRuntime` holds the config's ``runtime`` keys below (src/rankrepro/plan/schemas/config.schema.yaml);
 ``python -m rankrepro train`` / ``train-batch`` take them as flags (:func:`add_runtime_flags`,
-:func:`runtime_from_args`) and hand the object to :func:`rankrepro.engine.train.train`.
+:func:`runtime_from_args`) and hand the object to the training loop, :func:`rankrepro.engine.loop.train`.
 
 Each one leaves a CPU run's results unchanged, bit for bit:
 
@@ -33,13 +37,14 @@ the recipe, not of the runtime.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported where it is used: the CLI parses these flags without it
     import torch
 
-__all__ = ["TrainRuntime", "RuntimeSettingError", "add_runtime_flags", "runtime_from_args"]
+__all__ = ["JobSettings", "TrainRuntime", "RuntimeSettingError", "add_runtime_flags", "runtime_from_args"]
 
 
 class RuntimeSettingError(ValueError):
@@ -120,3 +125,35 @@ def runtime_flags(runtime: dict) -> list[str]:
 def runtime_from_args(args: argparse.Namespace) -> TrainRuntime:
     """The :class:`TrainRuntime` of parsed flags (:func:`add_runtime_flags`)."""
     return TrainRuntime(**{f.name: getattr(args, f.name) for f in fields(TrainRuntime)})
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """How one job trains and evaluates its runs on this machine (none of it is part of a run's record):
+
+    - ``device``: ``auto`` (CUDA when present), ``cpu``, ``cuda``, ``cuda:1`` ...;
+    - ``num_workers``: data loader worker processes (0: the main process loads);
+    - ``progress``: show progress bars (on stderr);
+    - ``runtime``: the speed settings (:class:`TrainRuntime`);
+    - ``image_cache``: the resized image cache the training set reads (None: the original images);
+    - ``eval_image_cache``: the cache of the test transform, read by the evaluation and the test curve;
+    - ``eval_batch_size``: images per evaluation batch.
+
+    A task uses what applies to it (a detection run reads the original images and keeps no test curve).
+    """
+
+    device: str = "auto"
+    num_workers: int = 0
+    progress: bool = True
+    runtime: TrainRuntime = field(default_factory=TrainRuntime)
+    image_cache: str | Path | None = None
+    eval_image_cache: str | Path | None = None
+    eval_batch_size: int = 256
+
+    @classmethod
+    def of(cls, settings: JobSettings | None = None, **values) -> JobSettings:
+        """``settings`` (None: the defaults) with ``values`` replacing its fields (a runtime of None: the
+        default runtime); an unknown name is a ``TypeError`` naming it."""
+        if values.get("runtime", False) is None:
+            values["runtime"] = TrainRuntime()
+        return replace(settings or cls(), **values)
