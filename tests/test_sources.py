@@ -1,7 +1,8 @@
-"""Downloads against a real loopback HTTP server, extraction, manual files."""
+"""Downloads against a real loopback HTTP server, extraction, manual files, placing a file (link or copy)."""
 
 import hashlib
 import io
+import os
 import socket
 import tarfile
 import time
@@ -14,7 +15,8 @@ from rankrepro.data.archives import extract, is_extracted
 from rankrepro.data.checksums import verify
 from rankrepro.data.downloads import download
 from rankrepro.data.errors import ChecksumError, DownloadError, ManualDownloadRequired
-from rankrepro.data.sources import require_files
+from rankrepro.data.sources import place, require_files
+from rankrepro.io import link_or_copy
 
 PAYLOAD = bytes(range(256)) * 40  # 10,240 bytes
 SHA = "sha256:" + hashlib.sha256(PAYLOAD).hexdigest()
@@ -250,3 +252,63 @@ def test_require_files_lists_every_problem(tmp_path):
     assert f"{tmp_path / 'nochecksum.txt'}" in message and "no published checksum" in message
     del files["bad.bin"], files["sub/missing.tar"], files["nochecksum.txt"]
     assert require_files(tmp_path, files, "gldv2", "") == tmp_path
+
+
+# -- rankrepro.io.link_or_copy (sources.place; engine.batch.adopt) -------------------------------------
+
+
+def test_link_or_copy_links_when_it_can(tmp_path):
+    source = tmp_path / "a.bin"
+    source.write_bytes(PAYLOAD)
+    dest = tmp_path / "sub" / "b.bin"
+    dest.parent.mkdir()
+    dest.write_bytes(b"old")
+    assert link_or_copy(source, dest) == dest
+    assert dest.read_bytes() == PAYLOAD and os.path.samefile(source, dest)
+    assert leftovers(dest.parent) == ["b.bin"]
+
+
+def test_link_or_copy_copies_when_os_link_fails(tmp_path, monkeypatch):
+    def cross_device(src, dst):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", cross_device)
+    source = tmp_path / "a.bin"
+    source.write_bytes(PAYLOAD)
+    os.utime(source, (1_000_000, 1_000_000))
+    dest = link_or_copy(source, tmp_path / "new" / "b.bin")  # makes the folder
+    assert dest.read_bytes() == PAYLOAD and not os.path.samefile(source, dest)
+    assert dest.stat().st_mtime == 1_000_000  # copy2: the times a link would have
+    assert leftovers(dest.parent) == ["b.bin"]
+
+
+def test_link_or_copy_leaves_no_temporary_file_when_the_copy_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "link", lambda src, dst: (_ for _ in ()).throw(OSError("no links")))
+    with pytest.raises(FileNotFoundError):
+        link_or_copy(tmp_path / "missing.bin", tmp_path / "out" / "b.bin")
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_link_or_copy_keeps_an_identical_file_only_when_asked(tmp_path):
+    source, dest = tmp_path / "a.bin", tmp_path / "b.bin"
+    source.write_bytes(PAYLOAD)
+    dest.write_bytes(PAYLOAD)
+    inode = dest.stat().st_ino
+    assert link_or_copy(source, dest, keep_identical=True) == dest
+    assert dest.stat().st_ino == inode  # kept
+    assert link_or_copy(source, dest).stat().st_ino == source.stat().st_ino  # replaced by the link
+    dest.unlink()
+    dest.write_bytes(PAYLOAD[:-1] + b"x")  # same size, other bytes
+    assert link_or_copy(source, dest, keep_identical=True).read_bytes() == PAYLOAD
+
+
+def test_place_keeps_an_identical_file_and_replaces_a_stale_one(tmp_path):
+    source, dest = tmp_path / "x.csv", tmp_path / "tree" / "x.csv"
+    source.write_bytes(PAYLOAD)
+    dest.parent.mkdir()
+    dest.write_bytes(PAYLOAD)
+    inode = dest.stat().st_ino
+    assert place(source, dest).stat().st_ino == inode
+    dest.write_bytes(b"stale")
+    assert place(source, dest).read_bytes() == PAYLOAD
+    assert leftovers(dest.parent) == ["x.csv"]

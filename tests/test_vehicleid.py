@@ -174,3 +174,18 @@ def test_train_and_test_sharing_a_vehicle_refused(extracted, tmp_path):
     (split / "train_list.txt").write_text((split / "train_list.txt").read_text() + f"{image} {vehicle}\n")
     with pytest.raises(ValueError, match="classes are in both train and test_800"):
         VEHICLEID.prepare(extracted, tmp_path / "m", data_root=tmp_path, replica=True)
+
+
+def test_find_root_takes_the_only_sub_folder_holding_the_split_lists(tmp_path):
+    ds = VEHICLEID
+    assert ds.root_in_only_subfolder
+    for folder in ("VehicleID_V1.0", "renamed"):
+        (tmp_path / folder / ds.marker).parent.mkdir(parents=True)
+        (tmp_path / folder / ds.marker).write_text("")
+    assert ds.find_root(tmp_path) == tmp_path / "VehicleID_V1.0"  # the top folder first
+    (tmp_path / "VehicleID_V1.0" / ds.marker).unlink()
+    assert ds.find_root(tmp_path) == tmp_path / "renamed"  # else the only sub-folder with the marker
+    (tmp_path / "other" / ds.marker).parent.mkdir(parents=True)
+    (tmp_path / "other" / ds.marker).write_text("")
+    assert ds.find_root(tmp_path) is None  # two: none is guessed
+    assert ds.find_root(tmp_path / "missing") is None

@@ -1,4 +1,4 @@
-"""Atomic file writes (a killed job never leaves a half-written output), the CSV text/table helpers and the
+"""Atomic file writes (a killed job never leaves a half-written output), :func:`link_or_copy`, the CSV text/table helpers and the
 one YAML loader of the package (:func:`load_yaml`: a key given twice is an error, not last-wins)."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,44 @@ def atomic_path(path: str | Path):
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def link_or_copy(source: str | Path, dest: str | Path, *, keep_identical: bool = False) -> Path:
+    """``dest`` becomes ``source``'s file, atomically: a hard link when the file system allows, else a copy
+    (:func:`shutil.copy2`: the source's mode and times, as a link has them). With ``keep_identical``, an
+    existing ``dest`` with the same bytes is left as it is. Returns ``dest``.
+
+    Unlike :func:`atomic_path`, no mode is set: a link's inode is the source's, whose mode is not ours to
+    change."""
+    source, dest = Path(source), Path(dest)
+    if keep_identical and dest.is_file() and _same_bytes(source, dest):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+        try:
+            os.link(source, tmp)
+        except OSError:  # another file system, or one without hard links
+            shutil.copy2(source, tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def _same_bytes(a: Path, b: Path, chunk: int = 1 << 20) -> bool:
+    if a.stat().st_size != b.stat().st_size:
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            x, y = fa.read(chunk), fb.read(chunk)
+            if x != y:
+                return False
+            if not x:
+                return True
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -44,6 +44,23 @@ class EpochBatchSampler:
         return len(self._batches())
 
 
+class IndependentBatchSampler(EpochBatchSampler):
+    """An epoch of ``num_batches`` batches drawn independently, each by :meth:`_batch` from the epoch's
+    generator ``default_rng([seed, epoch])``: subclasses set ``num_batches`` and implement :meth:`_batch`."""
+
+    num_batches: int
+
+    def _batch(self, rng: np.random.Generator) -> list[int]:
+        raise NotImplementedError
+
+    def _batches(self) -> list[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        return [self._batch(rng) for _ in range(self.num_batches)]
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+
 @SAMPLERS.register("m_per_class")
 class MPerClassBatchSampler(EpochBatchSampler):
     """The m-per-class batches of the Smooth-AP / FastAP / SupRank code.
@@ -121,7 +138,7 @@ class ShuffleBatchSampler(EpochBatchSampler):
 
 
 @SAMPLERS.register("class_random")
-class ClassRandomBatchSampler(EpochBatchSampler):
+class ClassRandomBatchSampler(IndependentBatchSampler):
     """PNP's ``class_random`` batches (interestingzhuo/PNPloss ``datasampler/class_random_sampler.py``).
 
     An epoch is floor(N / B) batches (N training images, B = ``batch_size``), each drawn
@@ -158,16 +175,9 @@ class ClassRandomBatchSampler(EpochBatchSampler):
         classes = rng.choice(len(self.by_class), size=self.classes_per_batch, replace=self.replace_classes)
         return [int(i) for c in classes for i in rng.choice(self.by_class[c], size=self.m, replace=True)]
 
-    def _batches(self) -> list[list[int]]:
-        rng = np.random.default_rng([self.seed, self.epoch])
-        return [self._batch(rng) for _ in range(self.num_batches)]
-
-    def __len__(self) -> int:
-        return self.num_batches
-
 
 @SAMPLERS.register("up_to_m_per_class")
-class UpToMPerClassBatchSampler(EpochBatchSampler):
+class UpToMPerClassBatchSampler(IndependentBatchSampler):
     """Batches of distinct random classes with up to ``samples_per_class`` images each (top-k precision).
 
     Paper (Lu et al., ICCV 2019, §4.4): "A training batch contains 64 images from randomly sampled
@@ -212,13 +222,6 @@ class UpToMPerClassBatchSampler(EpochBatchSampler):
                 return batch
         # fewer than B classes exist and the draw above used them all: __init__ checked they can fill B
         raise AssertionError("unreachable: the classes cannot fill a batch")
-
-    def _batches(self) -> list[list[int]]:
-        rng = np.random.default_rng([self.seed, self.epoch])
-        return [self._batch(rng) for _ in range(self.num_batches)]
-
-    def __len__(self) -> int:
-        return self.num_batches
 
 
 @SAMPLERS.register("hierarchical")

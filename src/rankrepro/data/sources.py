@@ -9,12 +9,11 @@ archive extraction :mod:`rankrepro.data.archives`, errors and exit statuses
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 from rankrepro.data import checksums
 from rankrepro.data.errors import ManualDownloadRequired
+from rankrepro.io import link_or_copy
 
 __all__ = ["place", "require_files"]
 
@@ -22,19 +21,7 @@ __all__ = ["place", "require_files"]
 def place(file: str | Path, dest: str | Path) -> Path:
     """Put a non-archive source file (a CSV, a ``.mat``) at ``dest`` in the dataset tree:
     a hard link when the file system allows, else a copy; atomic; kept when identical."""
-    file, dest = Path(file), Path(dest)
-    if dest.is_file() and dest.stat().st_size == file.stat().st_size and \
-            checksums.file_digest(dest, "sha256") == checksums.file_digest(file, "sha256"):
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(file, tmp)
-    except OSError:
-        shutil.copyfile(file, tmp)
-    os.replace(tmp, dest)
-    return dest
+    return link_or_copy(file, dest, keep_identical=True)
 
 
 def require_files(root: str | Path, files: dict[str, tuple[str | None, int | None]], dataset: str,

@@ -22,14 +22,13 @@ Adopting a run removes its staging folder, so a batch job that runs again (its r
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from rankrepro.io import atomic_write_json, link_or_copy
 from rankrepro.record.selection import CURVE_FILE
-from rankrepro.io import atomic_path, atomic_write_json
 
 __all__ = ["OPTIONAL_STAGED_FILES", "STAGED_FILES", "AdoptError", "BatchRunsFailed", "adopt", "is_staged", "train_batch"]
 
@@ -91,16 +90,6 @@ def train_batch(run_jsons: Iterable[str | Path], staged_dir: str | Path, record:
     return result
 
 
-def _link_or_copy(source: Path, dest: Path) -> None:
-    """``dest`` becomes ``source``'s file, atomically: a hard link, or a copy across file systems."""
-    with atomic_path(dest) as tmp:
-        tmp.unlink()
-        try:
-            os.link(source, tmp)
-        except OSError:
-            shutil.copy2(source, tmp)
-
-
 def adopt(record: str | Path, run_id: str, out_dir: str | Path) -> list[Path]:
     """Put the staged files of run ``run_id`` of the batch whose record is ``record`` into ``out_dir``
     (each atomically), then remove its staging folder. Returns the files."""
@@ -116,7 +105,7 @@ def adopt(record: str | Path, run_id: str, out_dir: str | Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
     for name in [n for n in OPTIONAL_STAGED_FILES if (folder / n).is_file()] + list(STAGED_FILES):
-        _link_or_copy(folder / name, out_dir / name)
+        link_or_copy(folder / name, out_dir / name)
         files.append(out_dir / name)
     shutil.rmtree(folder)
     return files

@@ -105,9 +105,10 @@ class BlockScores:
 
     ``rows(r)`` materialises the scores of a few rows; ``full()`` the whole matrix (cached). On CPU
     the counting kernels read the blocks in place (:func:`~rankrepro.metrics.ranking.count_cmp`,
-    :func:`~rankrepro.metrics.full_list.rank_relevant`) unless ``kernels`` is False."""
+    :func:`~rankrepro.metrics.full_list.rank_relevant`) when the computation's :class:`Workers` use
+    them (``compiled``)."""
 
-    def __init__(self, blocks: list, flat: torch.Tensor | None = None, block_cols: int = 0, kernels: bool = True):
+    def __init__(self, blocks: list, flat: torch.Tensor | None = None, block_cols: int = 0):
         self.blocks = blocks
         self.shape = (blocks[0].shape[0], sum(x.shape[1] for x in blocks))
         self.device = blocks[0].device
@@ -115,11 +116,11 @@ class BlockScores:
         # the blocks laid out one after the other in ``flat`` (block at column c0 from b * c0),
         # each ``block_cols`` wide but the last: the compiled kernels read rows in place
         self.flat, self.block_cols = flat, block_cols
-        self.kernels = kernels
 
-    def compiled(self) -> bool:
-        """Whether the compiled kernels can read these scores in place."""
-        return self.flat is not None and self.kernels and self.flat.device.type == "cpu"
+    def compiled(self, workers: Workers | None = None) -> bool:
+        """Whether the compiled kernels read these scores in place: laid out in ``flat``, on CPU, and
+        ``workers`` (default ``Workers()``) use them."""
+        return self.flat is not None and (workers or Workers()).compiled_on(self.flat)
 
     def rows(self, r: torch.Tensor) -> torch.Tensor:
         if self._full is not None:

@@ -72,7 +72,7 @@ def counted_chunk(query: torch.Tensor, gallery: torch.Tensor, index: LabelIndex,
         if e0 is not None:
             e0 += count_cmp(blk, t0, "eq", workers=workers)
         blocks.append(blk)
-    return BlockScores(blocks, buf[: b * m], block_cols, workers.compiled), (cols, vals, depth, g0, e0)
+    return BlockScores(blocks, buf[: b * m], block_cols), (cols, vals, depth, g0, e0)
 
 
 def count_path(s, index: LabelIndex, rows: np.ndarray, c: int, first_cutoff: np.ndarray,
@@ -86,7 +86,7 @@ def count_path(s, index: LabelIndex, rows: np.ndarray, c: int, first_cutoff: np.
     :func:`counted_chunk` (then only rows needing more passes are materialised)."""
     workers = workers or Workers()
     if isinstance(s, torch.Tensor):
-        s = BlockScores([s], kernels=workers.compiled)
+        s = BlockScores([s])
     dev = s.device
     b, m = s.shape
     if first is None:
@@ -118,7 +118,7 @@ def count_path(s, index: LabelIndex, rows: np.ndarray, c: int, first_cutoff: np.
     rc = (has & (g0 + 1 <= c1)).nonzero(as_tuple=True)[0]
     act = (npos > 1) & (g0 + 1 <= c2)
     mat = rc if e0 is None else act.nonzero(as_tuple=True)[0]
-    if s.compiled():  # the compiled kernels read the rows in place
+    if s.compiled(workers):  # the compiled kernels read the rows in place
         sub, local = s, torch.arange(b)
     else:
         sub = s.rows(mat) if len(mat) else None

@@ -104,7 +104,7 @@ def count_cmp(s: torch.Tensor, t: torch.Tensor, op: str, rows: torch.Tensor | No
     ``s`` may be a :class:`BlockScores` (on CPU read in place by the compiled kernel)."""
     workers = workers or Workers()
     if isinstance(s, BlockScores):
-        if not s.compiled():
+        if not s.compiled(workers):
             return count_cmp(s.full() if rows is None else s.rows(rows), t, op, workers=workers)
         b = s.shape[0]
         rr = np.arange(b, dtype=np.int64) if rows is None else np.ascontiguousarray(rows.numpy(), np.int64)

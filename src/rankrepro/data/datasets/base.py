@@ -100,7 +100,8 @@ class Dataset:
     files cannot be downloaded automatically; ``how_to_get`` says how a user obtains
     them. ``top``: the folder of the tree that is the image root unless :meth:`find_root`
     says otherwise (``""``: the tree itself); ``marker``: a file under it that identifies
-    the dataset. ``levels``: level names, finest first (the manifest's ``label``,
+    the dataset. ``root_in_only_subfolder``: :meth:`find_root` also takes the tree's only sub-folder
+    holding ``marker`` (a copy extracted under another folder name). ``levels``: level names, finest first (the manifest's ``label``,
     ``level_1``, ...). ``protocol``: the evaluation protocol, one of
     :data:`rankrepro.metrics.protocols.PROTOCOLS` (retrieval) or of :data:`DETECTION_PROTOCOLS`
     (a detection dataset, scored outside those). ``expected_counts``: per split,
@@ -118,6 +119,7 @@ class Dataset:
     how_to_get: str = ""
     top: str = ""
     marker: str = ""
+    root_in_only_subfolder: bool = False
     levels: list[str] = ["class"]
     protocol: str = "same-set"
     expected_counts: dict[str, dict[str, int]] = {}
@@ -396,10 +398,15 @@ class Dataset:
         return {} if checksum else {key: path}
 
     def find_root(self, directory: Path) -> Path | None:
-        """The image root in ``directory`` (itself or its ``top`` folder holding ``marker``); None if absent."""
+        """The image root in ``directory`` (itself or its ``top`` folder holding ``marker``; with
+        ``root_in_only_subfolder``, else its only sub-folder holding it); None if absent."""
         for root in (directory, directory / self.top):
             if (root / self.marker).is_file():
                 return root
+        if self.root_in_only_subfolder and directory.is_dir():
+            children = [c for c in sorted(directory.iterdir()) if c.is_dir() and (c / self.marker).is_file()]
+            if len(children) == 1:
+                return children[0]
         return None
 
     def verify_archive(self, archive: Path, data_root: str | Path, replica: bool) -> tuple[str | None, dict]:

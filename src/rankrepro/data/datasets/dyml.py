@@ -129,6 +129,7 @@ class DyML(Dataset):
     """One DyML domain; see the module docstring for the layout and every choice."""
 
     marker = f"{TRAIN_DIR}/{LABEL_FILE}"
+    root_in_only_subfolder = True  # the root: the tree, its dyml_<domain>/, or its only sub-folder with the marker
     levels = list(LEVELS)
     protocol = "dyml"
     manual = True
@@ -155,14 +156,6 @@ class DyML(Dataset):
     def has_benchmarks(self) -> bool:
         """Vehicle and Animal: one query/gallery benchmark per level; Product: one test set."""
         return self.domain != "product"
-
-    def find_root(self, directory: Path) -> Path | None:
-        """Itself, its ``dyml_<domain>/``, or its only sub-folder holding ``train/label.csv``."""
-        found = super().find_root(directory)
-        if found is not None or not directory.is_dir():
-            return found
-        children = [c for c in sorted(directory.iterdir()) if c.is_dir() and (c / self.marker).is_file()]
-        return children[0] if len(children) == 1 else None
 
     def read_table(self, root: Path) -> pd.DataFrame:
         """Manifest rows of every label file (see the module docstring): train, then the

@@ -86,6 +86,7 @@ class VehicleID(Dataset):
                   "(no checksum is published: the archive's sha256 is recorded the first time its counts check out).")
     top = TOP
     marker = f"{SPLIT_DIR}/{SPLIT_FILES['train']}"
+    root_in_only_subfolder = True  # the root: the tree, its VehicleID_V1.0/, or its only sub-folder with the marker
     levels = ["vehicle", "model"]
     protocol = "vehicleid"
     # Vehicle counts of the test lists: Smooth-AP paper §5, the release README and fast-reid agree.
@@ -96,14 +97,6 @@ class VehicleID(Dataset):
         "test_2400": {"vehicle": 2_400},
     }
     disjoint = (("train", "test_800"), ("train", "test_1600"), ("train", "test_2400"))
-
-    def find_root(self, directory: Path) -> Path | None:
-        """``directory`` or its ``VehicleID_V1.0`` holding the marker, else its only sub-folder holding it."""
-        found = super().find_root(directory)
-        if found is not None or not directory.is_dir():
-            return found
-        candidates = [d for d in sorted(directory.iterdir()) if d.is_dir() and (d / self.marker).is_file()]
-        return candidates[0] if len(candidates) == 1 else None
 
     def read_table(self, root: Path) -> pd.DataFrame:
         """Each split list as rows: ``path`` = ``image/<id>.jpg``, ``split``, ``label`` = vehicle

@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..core import compute_plain
 from .base import REGISTRY, Protocol, as_numpy
+from .plain import same_set_inputs
 
 __all__ = ["dyml", "DyML", "DEFAULT_METRICS"]
 
@@ -82,9 +83,7 @@ class DyML(Protocol):
 
     def manifest_inputs(self, manifest):
         if not manifest.meta.get("benchmarks"):
-            parts = {"test": manifest.split("test")}
-            labels = parts["test"].labels()
-            return parts, lambda emb: ((emb["test"], labels), {})
+            return same_set_inputs(manifest)  # Product: same-set's splits, its three label columns
         levels = manifest.meta["levels"]  # meta.json sorts its keys: benchmarks in level order, finest first
         benchmarks = dict(sorted(manifest.meta["benchmarks"].items(),
                                  key=lambda item: levels.index(item[0]) if item[0] in levels else len(levels)))

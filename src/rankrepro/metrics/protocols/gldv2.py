@@ -17,6 +17,7 @@ import torch
 from ..core import compute_plain
 from ..inputs import as_embeddings
 from .base import REGISTRY, Protocol, as_numpy, required
+from .plain import query_gallery_inputs
 
 __all__ = ["gldv2_suprank", "gldv2_official", "topk_exact", "GLDv2SupRank", "GLDv2Official", "DEFAULT_METRICS"]
 
@@ -127,13 +128,9 @@ class GLDv2SupRank(Protocol):
     def manifest_inputs(self, manifest):
         from rankrepro.data.datasets.gldv2_ground_truth import ground_truth_positions
 
-        parts = {"query": manifest.split("query"), "gallery": manifest.split("gallery")}
+        parts, plain = query_gallery_inputs(manifest)  # query-gallery's splits and labels, plus the ground truth
         ground_truth = ground_truth_positions(manifest, parts["query"], parts["gallery"])
-        query_labels, index_labels = parts["query"].labels(), parts["gallery"].labels()
-
-        def inputs(emb):
-            return (emb["query"], query_labels, emb["gallery"], index_labels), {"ground_truth": ground_truth}
-        return parts, inputs
+        return parts, lambda emb: (plain(emb)[0], {"ground_truth": ground_truth})
 
     def score(self, query, query_labels, gallery=None, gallery_labels=None, *, metrics=None, **kw) -> dict:
         ground_truth = required(kw, "ground_truth", self.name, "per query, its ground-truth index positions")
