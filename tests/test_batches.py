@@ -73,6 +73,7 @@ def test_a_failing_run_keeps_the_finished_ones_and_a_retry_trains_only_it(tmp_pa
     """Issue 23: the second of three runs fails. Runs 1 and 3 are staged, complete with their metrics;
     the job fails naming run 2 and its error, without the batch record; the retry trains run 2 alone."""
     from rankrepro import cli
+    from rankrepro.cli import runs as cli_runs
 
     runs_dir, staged, record = tmp_path / "runs", tmp_path / "staged", tmp_path / "sop_0" / "batch.json"
     ids = ["sop-a-1", "sop-b-2", "sop-c-3"]
@@ -80,7 +81,7 @@ def test_a_failing_run_keeps_the_finished_ones_and_a_retry_trains_only_it(tmp_pa
         (runs_dir / rid).mkdir(parents=True)
         (runs_dir / rid / "run.json").write_text(json.dumps({"id": rid}))
     calls = []
-    monkeypatch.setattr(cli, "_train", _fake_trainer(fail={"sop-b-2"}, calls=calls))
+    monkeypatch.setattr(cli_runs, "_train", _fake_trainer(fail={"sop-b-2"}, calls=calls))
     with pytest.raises(SystemExit) as failed:
         cli.main(_batch_command(runs_dir, staged, record, *ids))
     message = str(failed.value.code)
@@ -92,7 +93,7 @@ def test_a_failing_run_keeps_the_finished_ones_and_a_retry_trains_only_it(tmp_pa
     assert "impossible setting" in capsys.readouterr().err  # its traceback, in the job's log
 
     calls.clear()
-    monkeypatch.setattr(cli, "_train", _fake_trainer(calls=calls))
+    monkeypatch.setattr(cli_runs, "_train", _fake_trainer(calls=calls))
     assert cli.main(_batch_command(runs_dir, staged, record, *ids)) == 0
     assert calls == ["sop-b-2"]
     assert json.loads(record.read_text()) == {"runs": {rid: str(staged / rid) for rid in ids}}

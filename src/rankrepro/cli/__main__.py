@@ -1,0 +1,3 @@
+from rankrepro.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,195 @@
+"""``write-run``, ``train``, ``evaluate``, ``train-batch`` and ``adopt``: a run's record, its training and its
+evaluation (workflow/rules/train.smk, evaluate.smk)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rankrepro.record.runtime import add_runtime_flags
+
+
+def _json(path: str) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def cmd_write_run(args) -> None:
+    """Write run ``--run-id`` as its run.json from its plan file ``--plan`` (results/plan/runs/<id>.json:
+    the run and its ``id``), checked to hold that run (its id, and a content that hashes to it)."""
+    from rankrepro.io import atomic_write_json
+    from rankrepro.plan.model import check_run_record
+    from rankrepro.plan.schema import PlanError
+
+    try:
+        record = check_run_record(_json(args.plan), args.plan, args.run_id)
+    except PlanError as err:
+        sys.exit(str(err))
+    atomic_write_json(args.out, record)
+
+
+def add_write_run(sub) -> None:
+    p = sub.add_parser("write-run", help="write a planned run's run.json (the run and its id)")
+    p.add_argument("--plan", required=True, help="the run's plan file, results/plan/runs/<run_id>.json")
+    p.add_argument("--run-id", required=True, help="a run id of that plan")
+    p.add_argument("--out", required=True, help="results/runs/<run_id>/run.json")
+    p.set_defaults(func=cmd_write_run)
+
+
+def _threads(n: int | None) -> None:
+    if n:
+        import torch
+
+        torch.set_num_threads(n)
+
+
+def _task(run_json: str | Path):
+    """The run record at ``run_json`` (``results/runs/<id>/run.json``), its id (the folder's name, which its
+    ``id`` key must match where it has one) and its task (:mod:`rankrepro.engine.tasks`)."""
+    from rankrepro.engine.tasks import task_of
+
+    run, rid = _json(run_json), Path(run_json).parent.name
+    if run.get("id", rid) != rid:
+        raise ValueError(f"{run_json}: id {run['id']!r} is not the run's folder name {rid!r}")
+    return run, rid, task_of(run, where=str(run_json))
+
+
+def _run_parser(sub, name: str, help_text: str, func) -> argparse.ArgumentParser:
+    """The subparser of ``train`` or ``evaluate`` (one run, from its run.json) with the flags both take."""
+    p = sub.add_parser(name, help=help_text)
+    p.add_argument("--run", required=True, help="results/runs/<run_id>/run.json")
+    p.add_argument("--manifest", required=True, help="manifest directory")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--image-cache", help="a resized image cache folder (python -m rankrepro cache), read when "
+                   "it matches the manifest and the transform; else the originals, with a warning")
+    p.set_defaults(func=func)
+    p.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
+    p.add_argument("--curve", help="also plot the run's training curve (history.csv beside --run, the "
+                   "final metrics in the title) to this PNG")
+    return p
+
+
+def _settings(args, eval_image_cache: str | None):
+    """The job's :class:`~rankrepro.record.runtime.JobSettings` of the parsed flags (the runtime's from the flags of
+    :func:`rankrepro.record.runtime.add_runtime_flags` where the command has them)."""
+    from rankrepro.record.runtime import JobSettings, TrainRuntime, runtime_from_args
+
+    return JobSettings(device=args.device, num_workers=args.num_workers, progress=not args.no_progress,
+                       runtime=runtime_from_args(args) if hasattr(args, "checkpoint_minutes") else TrainRuntime(),
+                       image_cache=getattr(args, "image_cache", None), eval_image_cache=eval_image_cache,
+                       eval_batch_size=args.batch_size)
+
+
+def _train(args, run_json: str | Path, out_dir: Path, evaluate_out: str | Path | None,
+           curve: str | Path | None) -> None:
+    """Train the run of ``run_json`` into ``out_dir`` (model.pt, history.csv) through the training loop
+    (:func:`rankrepro.engine.loop.train`) and, with ``evaluate_out``, evaluate it into that metrics.json (and plot
+    its curve). The runtime settings come from the flags of :func:`rankrepro.record.runtime.add_runtime_flags`."""
+    from rankrepro.engine.loop import train
+
+    run, rid, task = _task(run_json)
+    model = train(run, args.manifest, out_dir, _settings(args, args.eval_image_cache), run_id=rid, task=task)
+    if evaluate_out:  # the evaluation transform's cache, or the originals
+        _evaluate(args, run_json, model, evaluate_out, args.eval_image_cache, curve, out_dir / "history.csv")
+
+
+def cmd_train(args) -> None:
+    _threads(args.threads)
+    _train(args, args.run, Path(args.run).parent, args.evaluate_out, args.curve)
+
+
+def add_train(sub) -> None:
+    p = _run_parser(sub, "train", "train one run (resumes from its checkpoint)", cmd_train)
+    p.add_argument("--evaluate-out", help="then evaluate the trained model into this metrics.json in the "
+                   "same process (runtime.evaluate_in_train_job)")
+    p.add_argument("--eval-image-cache", help="the image cache of that evaluation and of the run's test curve "
+                   "(eval.every; default: the originals)")
+    add_runtime_flags(p)
+
+
+def cmd_train_batch(args) -> None:
+    """Train, then evaluate, each ``--runs`` run not staged yet, in turn in this process
+    (runtime.runs_per_job; :func:`rankrepro.engine.batch.train_batch`): each writes model.pt,
+    history.csv, metrics.json and curve.png into ``<staged>/<id>/`` as a one-run
+    ``train --evaluate-out`` job writes them beside its run.json; then the batch record ``--out``.
+    Exit status 1, naming each failed run and its error, when any failed."""
+    from rankrepro.engine.batch import BatchRunsFailed, train_batch
+
+    _threads(args.threads)
+
+    def train_one(run_json: Path, out_dir: Path) -> None:
+        _train(args, run_json, out_dir, out_dir / "metrics.json", out_dir / "curve.png")
+
+    try:
+        record = train_batch(args.runs, args.staged, args.out, train_one)
+    except BatchRunsFailed as err:
+        sys.exit(str(err))
+    print(f"{args.out}: {len(record['runs'])} runs staged")
+
+
+def add_train_batch(sub) -> None:
+    p = sub.add_parser("train-batch", help="train and evaluate several runs of one dataset in one process "
+                       "(runtime.runs_per_job)")
+    p.add_argument("--runs", nargs="+", required=True, help="results/runs/<run_id>/run.json of each run")
+    p.add_argument("--staged", required=True, help="where each run is trained: <staged>/<run_id>/ "
+                   "(results/batches/staged; a run staged already is not trained again)")
+    p.add_argument("--out", required=True, help="the batch record, written once every run is staged: "
+                   "results/batches/<batch>/batch.json")
+    p.add_argument("--manifest", required=True, help="manifest directory (the runs' dataset)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--image-cache", help="the training transform's image cache (as for train)")
+    p.add_argument("--eval-image-cache", help="the evaluation transform's image cache (default: the originals)")
+    p.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
+    add_runtime_flags(p)
+    p.set_defaults(func=cmd_train_batch)
+
+
+def cmd_adopt(args) -> None:
+    """Put a run's files, staged by its training batch, into its folder (no torch)."""
+    from rankrepro.engine.batch import AdoptError, adopt
+
+    try:
+        files = adopt(args.batch, args.run_id, args.out)
+    except AdoptError as err:
+        sys.exit(str(err))
+    print(f"{args.out}: {', '.join(f.name for f in files)} from {args.batch}")
+
+
+def add_adopt(sub) -> None:
+    p = sub.add_parser("adopt", help="put a run's files, staged by its training batch, into its folder "
+                       "(hard links or copies, atomically)")
+    p.add_argument("--batch", required=True, help="the batch record: results/batches/<batch>/batch.json")
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--out", required=True, help="results/runs/<run_id>")
+    p.set_defaults(func=cmd_adopt)
+
+
+def cmd_evaluate(args) -> None:
+    _threads(args.threads)
+    _evaluate(args, args.run, args.model, args.out, args.image_cache, args.curve, Path(args.run).parent / "history.csv")
+
+
+def add_evaluate(sub) -> None:
+    p = _run_parser(sub, "evaluate", "evaluate one trained run", cmd_evaluate)
+    p.add_argument("--model", required=True)
+    p.add_argument("--out", required=True)
+
+
+def _evaluate(args, run_json, model, out, image_cache: str | None, curve, history) -> None:
+    """Evaluate the ``model`` of the run of ``run_json`` into ``out`` (metrics.json) with its task's
+    evaluator, its datasets read from ``image_cache`` (None: the originals), and, with ``curve``, plot
+    the run's training curve (its ``history`` csv, the final metrics in the title)."""
+    run, rid, task = _task(run_json)
+    result = task.evaluate(run, args.manifest, model, out, _settings(args, image_cache), run_id=rid)
+    if curve:
+        from rankrepro.tables.plots import training_curve
+
+        training_curve(history, curve, metrics_json=out)
+    print(json.dumps(result["metrics"]))

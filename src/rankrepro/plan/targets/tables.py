@@ -1,0 +1,104 @@
+"""The tables, tracking, the index and the report of :class:`~rankrepro.plan.targets.WorkflowTargets`
+(``workflow/rules/tables.smk``, ``sweeps.smk``)."""
+
+from __future__ import annotations
+
+from rankrepro.plan.schema import PlanError
+from rankrepro.plan.targets.common import RECIPES_HTML, RECIPES_MD, TargetError, run_dir
+
+
+class TableTargets:
+    """The tables' and the report's part of :class:`~rankrepro.plan.targets.WorkflowTargets`."""
+
+    def table_plan(self, wildcards) -> str:
+        """The plan file of table {paper}/{table} (what the table rule renders)."""
+        return str(self.files.tables[self.planned_table(wildcards).key])
+
+    def planned_table(self, wildcards):
+        """The plan of table {paper}/{table} (rankrepro.plan.model.TablePlan)."""
+        try:
+            return self.plan.table(f"{wildcards.paper}/{wildcards.table}")
+        except PlanError as err:
+            raise TargetError(str(err)) from None
+
+    def table_inputs(self, wildcards) -> list[str]:
+        """What the table reads: its runs' metrics.json, the manifests a dataset statistics table counts."""
+        return self.planned_table(wildcards).inputs()
+
+    def table_outputs(self) -> list[str]:
+        return self.plan.table_outputs()
+
+    def table_labels(self, wildcards) -> dict:
+        return {"table": wildcards.table, "kind": self.planned_table(wildcards).kind.name}
+
+    def synthetic_outputs(self) -> list[str]:
+        return [f"results/synthetic/{name}.{ext}" for name in self.plan.synthetic["names"] for ext in ("md", "json")]
+
+    def track_inputs(self) -> list[str]:
+        """What the MLflow import reads: every run's records, every table."""
+        files = [f"{run_dir(rid)}/{name}" for rid in self.plan.runs for name in ("run.json", "history.csv",
+                                                                                   "metrics.json")]
+        return files + [f"results/tables/{key}.md" for key in self.plan.tables]
+
+    def run_paper(self, wildcards) -> str:
+        """The report category of a run's training curve: the first paper whose tables use it."""
+        tables = self.plan.tables_using(wildcards.run_id)
+        return self.plan.tables[tables[0]].paper if tables else "other runs"
+
+    def run_labels(self, wildcards) -> dict:
+        """The report labels of a run's training curve (a run shared by several tables names them all)."""
+        run = self.run(wildcards.run_id)
+        return {"run": wildcards.run_id, "dataset": run["dataset"], "loss": run["loss"]["name"],
+                "tables": ", ".join(self.plan.tables_using(wildcards.run_id)) or "none"}
+
+    def paper_table_csvs(self, wildcards) -> list[str]:
+        """The CSVs of a paper's planned tables."""
+        tables = self.plan.tables_of_paper(wildcards.paper)
+        if not tables:
+            raise TargetError(f"no table of paper {wildcards.paper!r} is in config.yaml's tables")
+        return [f"results/tables/{key}.csv" for key in tables]
+
+    @staticmethod
+    def recipes_files() -> dict[str, str]:
+        """What the recipes rule writes from the plan: ``md`` (linked from the index) and ``html`` (the report's)."""
+        return {"md": RECIPES_MD, "html": RECIPES_HTML}
+
+    def report_outputs(self) -> list[str]:
+        """What the report shows, besides the index: an HTML page per table, a training curve per run
+        of a table, a paper-vs-ours scatter per paper, the plot of each sweep, the recipe cards."""
+        return ([f"results/tables/{key}.html" for key in self.plan.tables]
+                + [self.evaluate_files(rid)["curve"] for rid in self.plan.table_runs()]
+                + [f"results/tables/{paper}/scatter.png" for paper in self.plan.papers()]
+                + self.sweep_outputs() + [RECIPES_HTML])
+
+    def index_inputs(self) -> list[str]:
+        """Everything results/README.md summarises or links: every table's CSV, the runs' records, the
+        synthetic results, the H-GLDv2 comparison, the recipe cards, and the figures it links."""
+        return (self.table_outputs()
+                + [f"{run_dir(rid)}/{name}" for rid in self.plan.table_runs()
+                   for name in ("history.csv", "metrics.json")]
+                + self.synthetic_outputs() + self.hgldv2_outputs() + [RECIPES_MD] + self.report_outputs())
+
+    def sweep_tables(self) -> list[str]:
+        """The planned tables of kind sweep ("<paper>/<table>": paper figures, one row per point)."""
+        return self.plan.tables_of_kind("sweep")
+
+    def sweep_outputs(self) -> list[str]:
+        """The plots of the planned sweeps (results/tables/<paper>/<table>.png); their md/csv/tex are
+        table_outputs()."""
+        return [path for key in self.sweep_tables() for path in self.plan.tables[key].figures()]
+
+    def sweep_table_pattern(self) -> str:
+        """The sweep plot's {table} wildcard: the planned sweeps' names only (never scatter.png)."""
+        return "|".join(sorted({self.plan.tables[key].table for key in self.sweep_tables()})) or "(?!)"
+
+    def sweep_inputs(self, wildcards) -> list[str]:
+        """A sweep's runs' metrics.json (its reference runs included); fails for a table that is not a sweep."""
+        key = f"{wildcards.paper}/{wildcards.table}"
+        if key not in self.sweep_tables():
+            raise TargetError(f"{key} is not a planned sweep (kind: sweep in config.yaml's tables)")
+        return self.table_inputs(wildcards)
+
+    @staticmethod
+    def sweep_labels(wildcards) -> dict:
+        return {"figure": wildcards.table, "paper": wildcards.paper}
