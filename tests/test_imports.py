@@ -211,3 +211,52 @@ def test_lazy_exports():
     assert set(pkg.__all__) <= set(dir(pkg))
     with pytest.raises(AttributeError):
         pkg.nope  # noqa: B018
+
+
+#: folders of the package that must not import the named others (every import counts, lazy ones too):
+#: the planner and the trainer share only the torch-free vocabulary one floor down (rankrepro.record), and the
+#: models know nothing of how they are trained
+FORBIDDEN = {"plan": {"engine"}, "engine": {"plan"}, "models": {"engine", "plan"}, "record": {"engine", "plan"}}
+
+
+def _folder(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def folder_violations(graph: dict[str, set[str]]) -> list[str]:
+    """``a -> b`` for each import of a module of a folder into one it must not import (:data:`FORBIDDEN`)."""
+    return sorted(f"{src} -> {dst}" for src, deps in graph.items() for dst in deps
+                  if _folder(dst) in FORBIDDEN.get(_folder(src), ()))
+
+
+def test_folder_layers():
+    assert folder_violations(import_graph()) == []
+
+
+def test_folder_layers_finds_a_lazy_upward_import(tmp_path):
+    for folder in ("plan", "engine"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "engine" / "loop.py").write_text("def f():\n    from rankrepro.plan import cost\n")
+    (tmp_path / "plan" / "cost.py").write_text("x = 1\n")
+    assert folder_violations(import_graph(tmp_path)) == ["rankrepro.engine.loop -> rankrepro.plan.cost"]
+
+
+_NO_TORCH_RECORD = """
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {'torch', 'numpy', 'torchvision'}:
+            raise ImportError(name + ' imported')
+sys.meta_path.insert(0, _Block())
+import rankrepro.record.selection, rankrepro.record.runtime, rankrepro.record.groups, rankrepro.record.tasks
+"""
+
+
+def test_the_record_vocabulary_imports_without_torch():
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", _NO_TORCH_RECORD], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from rankrepro.io import atomic_path, atomic_write_text
-from rankrepro.models import build_model
+from rankrepro.models import MODELS, build_model
 from rankrepro.torchfile import TorchFileError, load_plain
 
 __all__ = ["HISTORY_FIELDS", "MODEL_FILE", "RETRAIN", "history_csv", "history_row", "load_model", "save_model"]
@@ -68,13 +68,16 @@ def save_model(out_dir: str | Path, run_id: str, run: dict, model, criterion_sta
 
 
 def load_model(model_path: str | Path, device: torch.device, context: dict | None = None):
-    """The model saved in ``model_path``, built from its ``model_cfg`` (no pretrained weights read: the file holds
-    them) with the builder's ``context`` (e.g. a detector's ``num_classes``), its weights loaded, on ``device``. An
+    """The model saved in ``model_path``, built from its ``model_cfg`` (``pretrained: none`` where the model takes
+    it: the file holds the weights) with the builder's ``context`` (e.g. a detector's ``num_classes``), its weights loaded, on ``device``. An
     unusable file raises :class:`~rankrepro.torchfile.TorchFileError` naming it and saying to retrain."""
     state = load_plain(model_path, remedy=RETRAIN)
     if not isinstance(state, dict) or not {"model_cfg", "state_dict"} <= state.keys():
         raise TorchFileError(Path(model_path), "not a model file of this version (no model_cfg and state_dict)",
                              RETRAIN)
-    model = build_model(dict(state["model_cfg"], pretrained="none"), context=context)
+    cfg = dict(state["model_cfg"])
+    if "pretrained" in MODELS.get(cfg.get("name")).parameters():  # the weights are the file's: none read
+        cfg["pretrained"] = "none"
+    model = build_model(cfg, context=context)
     model.load_state_dict(state["state_dict"])
     return model.to(device)

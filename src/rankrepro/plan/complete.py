@@ -109,10 +109,11 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
                             f"{missing!r} is required and given by no setup, spec or override")
         raise PlanError(f"{_where(origins, path, context)}: {error.message}")
     for path, kind in NAME_REFS.items():
-        if path == ("model", "backbone") and run["task"] in catalog["task"] and \
-                facts_of(run, catalog)["backbones"] is not None:
-            continue  # a task whose model takes backbones of its own (faster_rcnn): check_task checks them
         name = get_path(run, path)
+        if path == ("model", "backbone") and (name is None or run["task"] in catalog["task"] and
+                                              facts_of(run, catalog)["backbones"] is not None):
+            continue  # a model without a backbone, or one of a task whose model takes backbones of its own
+            # (faster_rcnn): check_task checks them
         if name not in catalog[kind]:
             raise PlanError(f"{_where(origins, path, context)}: unknown {kind} {name!r}; registered: "
                             f"{', '.join(sorted(catalog[kind]))}")
