@@ -49,7 +49,7 @@ from rankrepro.engine.preemption import CheckpointTimer, EpochProgress, StopSign
 from rankrepro.engine.tasks import Task, task_of
 from rankrepro.record.runtime import JobSettings
 
-__all__ = ["NonFiniteLossError", "seed_everything", "train"]
+__all__ = ["NonFiniteLossError", "optimise", "seed_everything", "train"]
 
 
 class NonFiniteLossError(RuntimeError):
@@ -60,6 +60,20 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def optimise(loss: torch.Tensor, optimizer, scaler, grad_clip: float | None = None) -> None:
+    """One optimisation step on ``loss``: gradients zeroed, backward through the AMP ``scaler``, the global norm of
+    the optimizers' gradients clipped to ``grad_clip`` (unscaled first; None: not clipped), each optimizer that
+    received a gradient stepped (:class:`~rankrepro.engine.optim.Optimizers`), the scaler updated."""
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    if grad_clip is not None:
+        for opt in optimizer.optimizers:
+            scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], grad_clip)
+    optimizer.step(scaler)
+    scaler.update()
 
 
 def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, settings: JobSettings | None = None, *,
@@ -138,15 +152,7 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, settings: Jo
                     kept = f"the last good checkpoint is {ckpt_path}" if ckpt_path.exists() else "no checkpoint yet"
                     raise NonFiniteLossError(f"run {run_id}: loss became {loss.item()} at epoch {epoch + 1}, "
                                              f"step {position.batches}; {kept}")
-                optimizer.zero_grad()
-                scaler.scale(loss).backward()
-                if run.get("grad_clip") is not None:
-                    for opt in optimizer.optimizers:
-                        scaler.unscale_(opt)
-                    torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
-                                                   run["grad_clip"])
-                optimizer.step(scaler)
-                scaler.update()
+                optimise(loss, optimizer, scaler, run.get("grad_clip"))
                 position.add(images, loss.item())
                 bar.set_postfix(loss=f"{loss.item():.4f}")
                 if cap and position.batches >= cap:
