@@ -6,7 +6,10 @@ A test module that imports :func:`one_thread` gets it as an autouse fixture.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -50,6 +53,21 @@ def uneven_labels(seed, sizes=(1, 2, 3, 5, 4, 7, 2)):
     y = torch.cat([torch.full((s,), c) for c, s in enumerate(sizes)])
     g = torch.Generator().manual_seed(seed)
     return y[torch.randperm(len(y), generator=g)]
+
+
+OFFICIAL_FIXTURES = Path(__file__).parent / "fixtures" / "official"
+
+
+def official_fixture(name: str) -> dict:
+    """tests/fixtures/official/<name>.json: values and gradients the official code computed outside the
+    repository (its "source" names the repository, commit, file, function and how it was run)."""
+    return json.loads((OFFICIAL_FIXTURES / f"{name}.json").read_text())
+
+
+def input_digest(t: torch.Tensor) -> str:
+    """The first 16 hex digits of the SHA-256 of a tensor's bytes: a fixture's inputs, regenerated from their
+    seeds here, are checked against the ones the official code was given."""
+    return hashlib.sha256(t.detach().contiguous().numpy().tobytes()).hexdigest()[:16]
 
 
 def close(a, b, atol=1e-5):

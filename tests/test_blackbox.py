@@ -12,7 +12,8 @@ from sklearn.metrics import average_precision_score
 from rankrepro.losses import build, names
 from rankrepro.losses.blackbox import BlackBoxAPLoss, RaMBOMapLoss, RaMBORecallLoss, blackbox_rank, exact_ranks
 
-from lossutil import assert_order_and_label_invariant, assert_score_gradient_signs, uneven_labels, unit
+from lossutil import (assert_order_and_label_invariant, assert_score_gradient_signs, input_digest, official_fixture,
+                      uneven_labels, unit)
 
 LOSSES = ("rambo_recall", "rambo_map", "blackbox_ap")
 
@@ -66,6 +67,25 @@ def test_blackbox_rank_backward_is_the_finite_lambda_interpolation(lam):
     expected = -(count_ranks(x.detach()) - count_ranks(x.detach() + lam * w)).double() / (11 * lam)
     torch.testing.assert_close(x.grad, expected)
     assert x.grad.abs().max() > 0
+
+
+def test_blackbox_rank_is_the_official_true_ranker():
+    """The official TrueRanker's normalised ranks and gradients (fixture blackbox_true_ranker.json:
+    blackbox_backprop/ranking.py of martius-lab/blackbox-backprop, run outside the repository)."""
+    fx = official_fixture("blackbox_true_ranker")
+    g = torch.Generator().manual_seed(1)
+    x0 = torch.randn(3, 11, generator=g, dtype=torch.float64)
+    w = torch.randn(3, 11, generator=g, dtype=torch.float64)
+    assert (input_digest(x0), input_digest(w)) == (fx["x_sha256_16"], fx["w_sha256_16"])
+    assert [c["lambda_val"] for c in fx["cases"]] == [0.1, 1.0, 4.0, 20.0]
+    for ref in fx["cases"]:
+        x = x0.clone().requires_grad_()
+        ranks = blackbox_rank(x, ref["lambda_val"])
+        (ranks * w).sum().backward()
+        # the official ranks are float32 and its step divides by lambda + 1e-8
+        torch.testing.assert_close(ranks.float(), torch.tensor(ref["ranks"]), atol=0, rtol=0)
+        torch.testing.assert_close(x.grad, torch.tensor(ref["grad_x"], dtype=torch.float64), atol=1e-6, rtol=1e-6)
+        assert x.grad.abs().max() > 0
 
 
 # ------------------------------------------------------------------------- rambo_recall
@@ -308,37 +328,27 @@ def official_rows(e, y):
     return (e @ e.T)[keep].view(len(y), -1), (y[:, None] == y[None, :])[keep].view(len(y), -1).double()
 
 
-def official_batch_memory_recall(batches, batch_memory, margin, weight):
-    """The official blackbox-backprop ``BatchMemoryRecallLoss`` + ``RecallLoss`` forward, re-derived here:
-    each call concatenates its rows with the stored rows of the last ``batch_memory`` calls, ranks each
-    row, r = (rank - rank among positives) / L * (number of rows), loss = sum w(r) over positives / #positives."""
-    stored, values = [], []
-    for s, rel in batches:
-        all_s = torch.cat([s.double(), *[m[0] for m in stored]])
-        all_rel = torch.cat([rel, *[m[1] for m in stored]])
-        n_rows, length = all_s.shape
-        y = all_s - margin * (all_rel - 0.5)
-        ranks = count_ranks(y).double() / length
-        ranks_pos = count_ranks(-ranks + 2.0 * all_rel).double() / length
-        r = (ranks - ranks_pos) * all_rel * n_rows
-        values.append((weight(r * all_rel).sum() / all_rel.sum()).item())
-        stored = (stored + [(s.double(), rel)])[-batch_memory:]
-    return values
-
-
 @pytest.mark.parametrize("weight_fn", ["log", "loglog"])
 def test_batch_memory_equals_the_official_batch_memory_recall_loss(weight_fn):
-    weight = torch.log1p if weight_fn == "log" else (lambda r: torch.log1p(torch.log1p(r)))
+    """The official BatchMemoryRecallLoss's values and gradients (fixture blackbox_batch_memory_recall.json:
+    blackbox_backprop/recall.py of martius-lab/blackbox-backprop, run outside the repository on the rows of
+    ``official_rows``) over six batches: with batch_memory 3 (the memory filling and rolling over) and with
+    batch_memory 0 (the official RecallLoss on the batch alone)."""
     y = torch.arange(4).repeat_interleave(3)
-    embeddings = [unit(len(y), 5, seed) for seed in range(6)]
-    loss = RaMBORecallLoss(margin=0.05, weight_fn=weight_fn, length="rows", batch_memory=3)
-    got = [loss(e, y).item() for e in embeddings]
-    expect = official_batch_memory_recall([official_rows(e, y) for e in embeddings], 3, 0.05, weight)
-    assert got == pytest.approx(expect, abs=1e-5)
-    # without the memory (batch_memory 0): the official RecallLoss on the batch alone
-    plain = RaMBORecallLoss(margin=0.05, weight_fn=weight_fn, length="rows")
-    assert [plain(e, y).item() for e in embeddings] == pytest.approx(
-        [official_batch_memory_recall([official_rows(e, y)], 1, 0.05, weight)[0] for e in embeddings], abs=1e-5)
+    cases = [c for c in official_fixture("blackbox_batch_memory_recall")["cases"] if c["weight_fn"] == weight_fn]
+    assert sorted(c["batch_memory"] for c in cases) == [0, 3]
+    for case in cases:
+        loss = RaMBORecallLoss(lambda_val=case["lambda_val"], margin=case["margin"], weight_fn=weight_fn,
+                               length="rows", batch_memory=case["batch_memory"])
+        for ref in case["steps"]:
+            e = unit(len(y), 5, ref["seed"]).requires_grad_()
+            assert input_digest(e) == ref["embeddings_sha256_16"]
+            out = loss(e, y)
+            out.backward()
+            torch.testing.assert_close(out, torch.tensor(ref["loss"]), atol=1e-6, rtol=1e-5)
+            # one rank more or less moves a gradient entry by ~1e-2
+            torch.testing.assert_close(e.grad, torch.tensor(ref["grad_embeddings"]), atol=1e-6, rtol=1e-4)
+            assert e.grad.abs().max() > 0
 
 
 def test_batch_memory_hand_computed():

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from rankrepro.losses import build
 from rankrepro.losses.csl import DEFAULT_MARGINS
 
-from lossutil import close, unit
+from lossutil import close, input_digest, official_fixture, unit
 from lossutil import one_thread  # noqa: F401  (autouse fixture)
 
 
@@ -29,42 +29,46 @@ def hier_batch(seed, n=30, levels=3):
 # ------------------------------------------------------------------------------- CSL
 
 
-def official_csl(emb, labels, weight, table, margins, scale=32.0, reduce="sum"):
-    """SupRank CSLLoss.forward (csl_loss.py + lib.mask_logsumexp), written out."""
-
-    def mask_logsumexp(t, mask):
-        t = t.clone()
-        t[~mask] = -float("inf")
-        return torch.logsumexp(t, dim=1)
-
-    P = F.normalize(weight)
-    sims = emb @ P.t()
-    losses = []
-    for lvl in range(labels.size(1)):
-        index = labels[:, lvl].unsqueeze(1) == table[:, lvl].unsqueeze(0)
-        lse_neg = mask_logsumexp(sims * scale, ~index)
-        if lvl == 0:
-            lse_pos = mask_logsumexp(-sims * scale, index)
-        losses.append(F.softplus(lse_neg + lse_pos + margins[lvl] * scale).mean())
-    return sum(losses) if reduce == "sum" else sum(losses) / len(losses)
+def csl_by_definition(emb, labels, weight, table, margins, scale=32.0):
+    """CSL in our words: with cosine similarities to the normalised proxies, level l's loss for an item is
+    softplus(logsumexp of scale x the similarities to the proxies of the other level-l classes - scale x the
+    similarity to its own (finest) proxy + scale x m_l), averaged over the batch; the levels are summed. A proxy
+    whose level-l class is unknown in ``table`` (-1) is no level-l negative."""
+    sims = scale * emb @ F.normalize(weight).T
+    own = sims.gather(1, labels[:, :1]).squeeze(1)
+    total = 0
+    for lvl, m in enumerate(margins):
+        neg = (table[:, lvl].unsqueeze(0) != labels[:, lvl].unsqueeze(1)) & (table[:, lvl] >= 0)
+        total = total + F.softplus(torch.logsumexp(sims.masked_fill(~neg, -float("inf")), 1) - own + scale * m).mean()
+    return total
 
 
 @pytest.mark.parametrize("reduction", ["sum", "mean"])
 @pytest.mark.parametrize("levels", [2, 3])
 def test_csl_matches_official_forward(reduction, levels):
+    """The official CSLLoss's value and gradients (fixture suprank_csl.json: suprank/losses/csl_loss.py of
+    elias-ramzi/SupRank, run outside the repository) for the embeddings and the proxies."""
+    (ref,) = [c for c in official_fixture("suprank_csl")["cases"]
+              if (c["levels"], c["reduction"]) == (levels, reduction)]
     loss = build("csl", num_classes_per_level=[12, 6, 2][:levels], embedding_size=8, reduction=reduction)
+    assert loss.margins == ref["margins"] and loss.scale == 32.0
     loss.register_labels(TREE[:, :levels])
-    y = hier_batch(levels, levels=levels)
-    e1 = unit(len(y), 8, levels).requires_grad_()
-    e2 = e1.detach().clone().requires_grad_()
-    W = loss.weight.detach().clone().requires_grad_()
-    ours = loss(e1, y)
-    ref = official_csl(e2, y, W, TREE[:, :levels], DEFAULT_MARGINS[levels], reduce=reduction)
-    close(ours, ref)
+    y = hier_batch(ref["hier_batch_seed"], levels=levels)
+    assert y.tolist() == ref["labels"]
+    e, W = unit(len(y), 8, ref["embeddings_seed"]), unit(12, 8, ref["proxies_seed"])
+    assert (input_digest(e), input_digest(W)) == (ref["embeddings_sha256_16"], ref["proxies_sha256_16"])
+    with torch.no_grad():
+        loss.weight.copy_(W)
+    e.requires_grad_()
+    ours = loss(e, y)
+    official = {k: torch.tensor(ref[k], dtype=torch.float64) for k in ("loss", "grad_embeddings", "grad_proxies")}
+    torch.testing.assert_close(ours.double(), official["loss"], atol=1e-6, rtol=1e-6)
     ours.backward()
-    ref.backward()
-    close(e1.grad, e2.grad)
-    close(loss.weight.grad, W.grad)
+    torch.testing.assert_close(e.grad.double(), official["grad_embeddings"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(loss.weight.grad.double(), official["grad_proxies"], atol=1e-5, rtol=1e-5)
+    # our words give the same value
+    expect = csl_by_definition(e.detach(), y, W, TREE[:, :levels], ref["margins"])
+    close(ours, expect / (levels if reduction == "mean" else 1))
 
 
 def test_csl_learns_ancestry_from_batches():
@@ -75,19 +79,13 @@ def test_csl_learns_ancestry_from_batches():
     val = loss(e, y)
     known = loss.proxy_labels
     assert (known[:4] == TREE[:4]).all() and (known[4:, 1:] == -1).all() and (known[:, 0] == FINE).all()
-    # unseen classes are negatives at level 0 only: the official loss on a table where
-    # their coarse labels match nobody (-1) but excluded from the coarse negatives
-    sims = 32 * e @ F.normalize(W).T
-    pos = sims.gather(1, y[:, :1]).squeeze(1)
-    total = 0
-    for lvl, m in enumerate(DEFAULT_MARGINS[3]):
-        neg = (known[:, lvl].unsqueeze(0) != y[:, lvl].unsqueeze(1)) & (known[:, lvl] >= 0)
-        total = total + F.softplus(torch.logsumexp(sims.masked_fill(~neg, -float("inf")), 1) - pos + 32 * m).mean()
-    close(val, total)
-    # after seeing every class the table is complete and the value is the official one
+    # unseen classes are negatives at level 0 only: their coarse labels (-1) match nobody and are
+    # excluded from the coarse negatives
+    close(val, csl_by_definition(e, y, W, known, DEFAULT_MARGINS[3]))
+    # after seeing every class the table is complete: every proxy takes part at every level
     loss(unit(12, 8, 1), TREE)
     assert (loss.proxy_labels == TREE).all()
-    close(loss(e, y), official_csl(e, y, W, TREE, DEFAULT_MARGINS[3]))
+    close(loss(e, y), csl_by_definition(e, y, W, TREE, DEFAULT_MARGINS[3]))
 
 
 def test_csl_eval_mode_does_not_record_and_tree_violation_is_an_error():

@@ -12,10 +12,11 @@ from rankrepro.losses import accepted_hparams, build, names
 from rankrepro.losses.pnp import PNPLoss
 
 from lossutil import (assert_order_and_label_invariant, assert_score_gradient_signs, assert_zero_with_graph,
-                      uneven_labels, unit)
+                      input_digest, official_fixture, uneven_labels, unit)
 
 TAU = 0.01
 VARIANTS = {"O": "pnp_o", "Iu": "pnp_iu", "Ib": "pnp_ib", "Ds": "pnp_ds", "Dq": "pnp_dq"}
+OFFICIAL_VARIANTS = {"O": "PNP-O", "Iu": "PNP-I_u", "Ib": "PNP-I_b", "Ds": "PNP-D_s", "Dq": "PNP-D_q"}  # --variant
 
 
 def make(variant, **kw):
@@ -69,25 +70,6 @@ def loop_pnp(emb, labels, variant, tau=TAU, b=4.0, alpha=4.0, include_query=True
     return 1 - mean if variant == "Dq" else mean
 
 
-def official_index_based(emb, m, variant, tau=TAU, b=4.0, alpha=4.0):
-    """Transcription of interestingzhuo/PNPloss criteria/PNP.py (B x B x B, blocks of m)."""
-    B = emb.shape[0]
-    mask = 1.0 - torch.eye(B, dtype=emb.dtype)
-    for i in range(B // m):
-        mask[i * m:(i + 1) * m, i * m:(i + 1) * m] = 0
-    sim = emb @ emb.T
-    rep = sim.unsqueeze(1).repeat(1, B, 1)
-    diff = rep - rep.permute(0, 2, 1)
-    sg = torch.sigmoid(diff / tau) * mask.unsqueeze(0).repeat(B, 1, 1)
-    rk = sg.sum(-1)  # rk[i, j] = sum_k mask[j, k] sigma((s_ik - s_ij)/tau)
-    loss = 0.0
-    for i in range(B // m):
-        blk = rk[i * m:(i + 1) * m, i * m:(i + 1) * m]
-        loss = loss + f_paper(variant, blk, b, alpha).sum()
-    loss = loss / m / B
-    return 1 - loss if variant == "Dq" else loss
-
-
 # --------------------------------------------------------------------- (1) differential
 
 
@@ -127,15 +109,23 @@ def test_matches_pml(variant, b, alpha):
         torch.testing.assert_close(e.grad, e2.grad, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("variant", ["O", "Dq", "Ib"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
 def test_index_blocks_reproduces_official_code(variant):
-    """A class drawn twice (blocks 0 and 2) is a negative in the index-based official code."""
-    m = 4
+    """The official index-based code's value and gradient (fixture pnp_index_blocks.json: criteria/PNP.py of
+    interestingzhuo/PNPloss, run outside the repository): blocks of m rows are the classes, so a class drawn
+    twice (blocks 0 and 2) is a negative."""
+    fx = official_fixture("pnp_index_blocks")
+    (ref,) = [c for c in fx["cases"] if c["variant"] == OFFICIAL_VARIANTS[variant]]
+    m = fx["samples_per_class"]
     y = torch.tensor([0] * m + [1] * m + [0] * m + [2] * m)
-    e = unit(len(y), 8, 3)
-    official = official_index_based(e.double(), m, variant)
-    ours = make(variant, index_blocks=m)(e, y)
-    torch.testing.assert_close(ours.double(), official, atol=1e-6, rtol=1e-6)
+    e = unit(len(y), fx["embed_dim"], fx["seed"])
+    assert len(y) == fx["batch_size"] and input_digest(e) == fx["embeddings_sha256_16"]
+    e.requires_grad_()
+    ours = make(variant, index_blocks=m, tau=fx["anneal"], b=fx["b"], alpha=fx["alpha"])(e, y)
+    torch.testing.assert_close(ours.double(), torch.tensor(ref["loss"], dtype=torch.float64), atol=1e-6, rtol=1e-6)
+    ours.backward()
+    torch.testing.assert_close(e.grad.double(), torch.tensor(ref["grad_embeddings"], dtype=torch.float64),
+                               atol=2e-6, rtol=1e-5)
     label_based = make(variant)(e, y)
     assert abs(label_based.item() - ours.item()) > 1e-4
     # distinct classes per block: index-based == label-based

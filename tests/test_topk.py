@@ -12,7 +12,7 @@ from rankrepro.losses import build, names
 from rankrepro.losses.topk import TopKPrecisionLoss, topk_precision_per_query
 
 import lossutil
-from lossutil import assert_order_and_label_invariant, assert_zero_with_graph, unit
+from lossutil import assert_order_and_label_invariant, assert_zero_with_graph, input_digest, official_fixture, unit
 
 
 uneven_labels = functools.partial(lossutil.uneven_labels, sizes=(1, 2, 3, 8, 4, 7, 2, 6))  # this file's class sizes
@@ -49,18 +49,6 @@ def paper_lk(s_hat, rel, k):
     assert len(P) == len(N)
     zero = s_hat.sum() * 0
     return sum((s_hat[i] for i in N), zero) - sum((s_hat[i] for i in P), zero)
-
-
-def official_lk(s_hat, rel, k):
-    """Transcription of Another_P_at_K with tau = 0 (Topk_Hard_SVM) for one query."""
-    def hard_topk(x, kk):
-        top = torch.topk(x, kk).values
-        return top.sum() + 2.0 / 40 * torch.log(1 + torch.exp(40 * (top - 0.5)).sum())
-
-    n_pos = int(rel.sum())
-    if n_pos >= k:
-        return hard_topk(s_hat, k) - hard_topk(s_hat[rel], k)
-    return hard_topk(s_hat, k) - (s_hat[rel].sum() + hard_topk(s_hat[~rel], k - n_pos))
 
 
 def loop_loss(emb, labels, k, margin, reduction="class_sum", per_query_fn=paper_lk,
@@ -141,16 +129,22 @@ def test_matches_loop_reference_value_and_grad(reduction, k):
     torch.testing.assert_close(e.grad.double(), e2.grad.double(), atol=1e-5, rtol=1e-4)
 
 
-def test_official_hard_topk_matches_transcription():
-    y = uneven_labels(3)
-    e = unit(len(y), 6, 3).requires_grad_()
-    e2 = e.detach().clone().requires_grad_()
-    ours = TopKPrecisionLoss(k=5, margin=0.2, official_hard_topk=True)(e, y)
-    ref = loop_loss(e2, y, 5, 0.2, per_query_fn=official_lk)
-    torch.testing.assert_close(ours.double(), ref, atol=1e-5, rtol=1e-5)
+def test_official_hard_topk_matches_the_official_another_p_at_k():
+    """METHOD 8 with tau = 0 (fixture topk_another_p_at_k.json: losses/Another_P_at_K.py of
+    BG2CRW/top_k_optimization, run outside the repository): its value and gradient are ours with
+    official_hard_topk plus its decorrelation term 0.1 ||Cov(e) - I||_F (not in our loss)."""
+    fx = official_fixture("topk_another_p_at_k")
+    y = torch.cat([torch.full((n,), c) for c, n in enumerate(fx["class_sizes"])])  # contiguous classes
+    e = unit(len(y), fx["embed_dim"], fx["seed"])
+    assert input_digest(e) == fx["embeddings_sha256_16"] and fx["tau"] == 0
+    e.requires_grad_()
+    centred = e - e.mean(0)
+    decorrelation = torch.linalg.matrix_norm(centred.T @ centred / len(y) - torch.eye(e.shape[1]))
+    ours = TopKPrecisionLoss(k=fx["k"], margin=fx["margin"], official_hard_topk=True)(e, y) + 0.1 * decorrelation
+    torch.testing.assert_close(ours.double(), torch.tensor(fx["loss"], dtype=torch.float64), atol=1e-6, rtol=1e-6)
     ours.backward()
-    ref.backward()
-    torch.testing.assert_close(e.grad.double(), e2.grad.double(), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(e.grad.double(), torch.tensor(fx["grad_embeddings"], dtype=torch.float64),
+                               atol=2e-6, rtol=1e-5)
     # the extra term makes a perfect case-1 ranking (n+ < k) non-zero
     items = [(0.9, True), (0.3, False), (0.2, False), (0.1, False)]
     q, yq, ref_e, ref_y = one_query(items)
