@@ -10,7 +10,6 @@ import yaml
 
 from rankrepro import catalog
 from rankrepro.engine.evaluate import evaluate
-from rankrepro.engine.loop import train
 from rankrepro.engine.tasks import TASKS, task_of
 from rankrepro.engine.tasks.retrieval import RetrievalTask
 from rankrepro.record.tasks import DEFAULT_TASK

@@ -10,11 +10,9 @@ it exactly; its evaluator scores it.
 
 from __future__ import annotations
 
-import copy
 import os
 import signal
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -94,7 +92,7 @@ class ToyClassifyTask(Task):
     """Super-class classification: parts, batches and step; the loop does the rest."""
 
     facts = TaskFacts(metrics=("accuracy",), backbones=None, refused={"eval.every": None, "base_loss": None},
-                      throughput_key="{name}", benched=False)
+                      throughput_key="{name}", bench_dataset=None)
     evaluator = staticmethod(evaluate_accuracy)
     #: a test's SIGTERM: after this many steps of this process (None: never)
     sigterm_after: int | None = None

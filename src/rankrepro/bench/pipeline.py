@@ -71,16 +71,26 @@ def machine() -> dict:
     }
 
 
+def replica_manifest(dataset: str, dest: Path, **options) -> Path:
+    """A prepared replica of ``dataset`` under ``dest`` (written with those of ``options`` its ``make_replica``
+    takes, e.g. SOP's ``classes_per_super`` and ``image_size``; downloaded from it as the pipeline does, checksums
+    verified); returns its manifest folder."""
+    import inspect
+
+    from rankrepro.data import datasets
+
+    data = datasets.load(dataset)
+    taken = inspect.signature(data.make_replica).parameters
+    data.write_replica(dest / "replica", **{k: v for k, v in options.items() if k in taken})
+    record = data.download(dest / "data", replica_dir=dest / "replica")
+    data.prepare(record, dest / "manifest", data_root=dest / "data", replica=True)
+    return dest / "manifest"
+
+
 def make_replica(dest: Path, classes_per_super: int, image_size: int, seed: int = 0) -> Path:
     """A prepared SOP replica (12 super-classes x ``classes_per_super`` products per split, 2-5 images
     each) of ``image_size`` px images under ``dest``; returns its manifest folder."""
-    from rankrepro.data import datasets
-
-    sop = datasets.load("sop")
-    sop.write_replica(dest / "replica", classes_per_super=classes_per_super, image_size=image_size, seed=seed)
-    sop.prepare(dest / "replica" / "Stanford_Online_Products.zip", dest / "manifest", data_root=dest / "data",
-                replica=True)
-    return dest / "manifest"
+    return replica_manifest("sop", dest, classes_per_super=classes_per_super, image_size=image_size, seed=seed)
 
 
 def _dims(path) -> list[int]:
@@ -186,62 +196,112 @@ def format_table(paths: list[Path], limit: int = 64, repeats: int = 3) -> list[d
 # -- GPU: ResNet-50 training steps ------------------------------------------------------------------
 
 
-def train_throughput(dataset, run: dict, device: str | torch.device, *, batch_size: int = 256, workers: int = 8,
-                     warmup: int = 5, steps: int = 20, synthetic: bool = False, backbone: str | None = None,
-                     amp: str = "fp16") -> float:
-    """Training images/s of ``run``'s model (randomly initialised; ``backbone`` overrides it) with ``amp``
-    autocast (fp16 by default), a GradScaler, channels-last and ``run``'s loss and optimizer, on batches of ``dataset``
-    drawn with replacement through a DataLoader of ``workers`` workers (``synthetic``: one random batch
-    kept on the device instead). ``steps`` timed steps after ``warmup``."""
-    from torch.utils.data import DataLoader, RandomSampler
+def bench_run(run: dict, batch_size: int, amp: str | None = None, backbone: str | None = None) -> dict:
+    """``run`` as the benchmarks train it: random weights (``pretrained: none``), no PCA start, batches of
+    ``batch_size`` from the ``shuffle`` sampler (every image of the replica once per epoch: a replica lacks the
+    classes a setup's own sampler needs at its batch size), ``amp`` and ``backbone`` (None: the run's)."""
+    model = dict(run["model"], **({"backbone": backbone} if backbone else {}))
+    if "pretrained" in model:
+        model["pretrained"] = "none"
+    if model.get("projection_init") == "pca":
+        model["projection_init"] = "random"
+    return {**run, "model": model, "amp": amp or run["amp"],
+            "sampler": {"name": "shuffle", "batch_size": batch_size, "drop_last": False}}
 
-    from rankrepro.device import autocast, grad_scaler
-    from rankrepro.engine.optim import build_optimizer
-    from rankrepro.engine.tasks.retrieval import build_loss
-    from rankrepro.models import build_model
 
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
-    cfg = dict(run["model"], pretrained="none", **({"backbone": backbone} if backbone else {}))
-    model = build_model(cfg).to(device).to(memory_format=torch.channels_last).train()
-    labels = dataset.labels.numpy()
-    criterion = build_loss(run["loss"], labels, cfg["embed_dim"]).to(device)
-    optimizer = build_optimizer(run["optimizer"], model, criterion)
-    scaler = grad_scaler(device, amp)
-    total = warmup + steps
+class TaskBench:
+    """``run``'s parts built by its own task (:mod:`rankrepro.engine.tasks`) on the training split of the manifest
+    in ``manifest_dir`` (read from ``image_cache``; None: the originals), with the training loop's optimizer and
+    scaler, on ``device`` with ``workers`` loader workers and the default runtime (channels-last, cuDNN benchmark,
+    pinned memory, persistent workers on CUDA): what the trainer runs, timed by :meth:`train` and :meth:`infer`."""
 
-    if synthetic:
-        crop = run["images"]["train_crop"]
-        x = torch.randn(batch_size, 3, crop, crop, device=device).contiguous(memory_format=torch.channels_last)
-        y = torch.as_tensor(labels[np.random.default_rng(0).integers(0, len(labels), batch_size)], device=device)
-        batches = ((x, y, None) for _ in range(total))
-    else:
-        sampler = RandomSampler(dataset, replacement=True, num_samples=total * batch_size,
-                                generator=torch.Generator().manual_seed(0))
-        batches = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True, num_workers=workers,
-                             pin_memory=device.type == "cuda", prefetch_factor=4 if workers else None)
+    def __init__(self, run: dict, manifest_dir: str | Path, device: str | torch.device, *, workers: int = 0,
+                 image_cache: str | Path | None = None):
+        from rankrepro.device import grad_scaler
+        from rankrepro.engine.loop import seed_everything
+        from rankrepro.engine.optim import build_optimizer
+        from rankrepro.engine.tasks import task_of
+        from rankrepro.record.runtime import JobSettings
 
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        self.run, self.device = run, torch.device(device)
+        settings = JobSettings(device=str(self.device), num_workers=workers, progress=False, image_cache=image_cache)
+        settings.runtime.apply_backends(self.device)
+        self._out = tempfile.TemporaryDirectory(prefix="rankrepro-bench-task-")
+        seed_everything(run["seed"])
+        self.task = task_of(run)
+        self.parts = self.task.build(run, Path(manifest_dir), Path(self._out.name), settings, self.device)
+        self.optimizer = build_optimizer(run["optimizer"], self.parts.model, self.parts.criterion)
+        self.scaler = grad_scaler(self.device, run["amp"])
+        self.task.start(None)
 
-    t0 = time.perf_counter()
-    for step, (images, targets, _) in enumerate(batches):
-        if step == warmup:
-            sync()
-            t0 = time.perf_counter()
-        images = images.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
-        targets = targets.to(device, non_blocking=True)
-        with autocast(device, amp):
-            embeddings = model(images)
-        loss = criterion(embeddings.float(), targets)
-        optimizer.zero_grad()
-        scaler.scale(loss).backward()
-        optimizer.step(scaler)
-        scaler.update()
-    sync()
-    return steps * batch_size / (time.perf_counter() - t0)
+    def batches(self, synthetic: bool):
+        """The task's batches, epoch after epoch (``synthetic``: the first one again and again)."""
+        from rankrepro.engine.preemption import EpochProgress
+
+        epoch = 0
+        while True:
+            self.parts.sampler.set_epoch(epoch)
+            for batch in self.task.batches(EpochProgress(epoch, seed=epoch), None):
+                while synthetic:
+                    yield batch
+                yield batch
+            epoch += 1
+
+    def _timed(self, warmup: int, steps: int, one_step, synthetic: bool) -> float:
+        """Images/s of ``steps`` calls of ``one_step(batch) -> images`` after ``warmup``."""
+        batches = self.batches(synthetic)
+        images, t0 = 0, time.perf_counter()
+        for step in range(warmup + steps):
+            if step == warmup:
+                self._sync()
+                images, t0 = 0, time.perf_counter()
+            images += one_step(next(batches))
+        self._sync()
+        return images / (time.perf_counter() - t0)
+
+    def train(self, warmup: int, steps: int, synthetic: bool = False) -> float:
+        """Training images/s: the task's step and the loop's optimisation step (:func:`rankrepro.engine.loop.optimise`)
+        on its batches (``synthetic``: one batch, already loaded)."""
+        from rankrepro.engine.loop import optimise
+
+        self.parts.model.train()
+
+        def one_step(batch) -> int:
+            loss, images = self.task.step(batch)
+            optimise(loss, self.optimizer, self.scaler, self.run.get("grad_clip"))
+            return images
+
+        return self._timed(warmup, steps, one_step, synthetic)
+
+    def infer(self, warmup: int, steps: int) -> float:
+        """Inference images/s: the task's evaluation forward pass (:meth:`~rankrepro.engine.tasks.Task.infer`, no
+        gradient) on one loaded batch."""
+        self.parts.model.eval()
+        with torch.no_grad():
+            return self._timed(warmup, steps, self.task.infer, synthetic=True)
+
+    def close(self) -> None:
+        self.task.close()
+        self._out.cleanup()
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def train_throughput(manifest_dir: str | Path, run: dict, device: str | torch.device, *,
+                     image_cache: str | Path | None = None, batch_size: int = 256, workers: int = 8, warmup: int = 5,
+                     steps: int = 20, synthetic: bool = False, backbone: str | None = None, amp: str = "fp16") -> float:
+    """Training images/s of ``run`` (:func:`bench_run`: random weights, ``backbone`` and ``amp`` replacing its own,
+    fp16 by default) through the trainer's own parts and step (:class:`TaskBench`) on the manifest's training
+    split, read from ``image_cache`` through ``workers`` loader workers (``synthetic``: one batch kept on the
+    device instead). ``steps`` timed steps after ``warmup``."""
+    bench = TaskBench(bench_run(run, batch_size, amp, backbone), manifest_dir, device, workers=workers,
+                      image_cache=image_cache)
+    try:
+        return bench.train(warmup, steps, synthetic)
+    finally:
+        bench.close()
 
 
 # -- the benchmark ----------------------------------------------------------------------------------
@@ -296,13 +356,13 @@ def run(out_dir="results/bench", *, classes_per_super: int = 10, image_size: int
             n_cpu = len(os.sched_getaffinity(0))
             chosen = sorted(set(gpu_workers or (min(8, n_cpu), n_cpu)))
             rows = [{"source": "synthetic batch on the GPU (no data loading)", "num_workers": None,
-                     "images_per_s": train_throughput(datasets["cache"], sop, "cuda", synthetic=True,
-                                                      steps=gpu_steps)}]
+                     "images_per_s": train_throughput(manifest_dir, sop, "cuda", image_cache=cache_dir,
+                                                      synthetic=True, steps=gpu_steps)}]
             for w in chosen:
                 for name in sources:
                     rows.append({"source": name, "num_workers": w,
-                                 "images_per_s": train_throughput(datasets[name], sop, "cuda", workers=w,
-                                                                  steps=gpu_steps)})
+                                 "images_per_s": train_throughput(manifest_dir, sop, "cuda", workers=w,
+                                                                  image_cache=sources[name], steps=gpu_steps)})
             record["gpu"] = rows
         else:
             record["gpu"] = gpu_not_measured()

@@ -1,24 +1,27 @@
-"""Training throughput per backbone: ``python -m rankrepro bench train`` writes ``<out>/train.md`` and ``.json``.
+"""Training throughput per network: ``python -m rankrepro bench train`` writes ``<out>/train.md`` and ``.json``.
 
-For every (backbone, pooling, crop size) the runs of ``config.yaml``'s plan and the setups use
-(:func:`cases`: ResNet-34/50/101 with their poolings, DenseNet-201, BN-Inception, DeiT-S, ViT-B/16), at the
-setup's crop size and its most common batch size, it measures images/s of
+For every (network, pooling, crop size) the runs of ``config.yaml``'s plan and the setups use (:func:`cases`:
+ResNet-34/50/101 with their poolings, DenseNet-201, BN-Inception, DeiT-S, ViT-B/16, the Faster R-CNN detectors;
+a network is the row of the throughput profile its task's facts name, :class:`~rankrepro.record.tasks.TaskFacts`),
+of every task the bench times (its ``bench_dataset``), at the setup's crop size and its most common batch size, it measures
+images/s of
 
-- the **full training step**: a generated SOP replica read from its image files through the setup's own
-  :func:`~rankrepro.data.transforms.train_transform` and a ``DataLoader`` (batches drawn with replacement),
-  forward, Smooth-AP loss, backward and the setup's optimizer
-  (:func:`rankrepro.bench.pipeline.train_throughput`; randomly initialised weights, channels-last,
-  ``cudnn.benchmark``, fp16 autocast and a GradScaler on CUDA);
-- the **model step alone**: the same on one random batch already on the device;
-- **inference**: forward passes (no gradient) of a random batch already on the device (what evaluation costs).
+- the **full training step**: the trainer's own, on a generated replica of the task's ``bench_dataset`` (SOP for
+  retrieval, Pascal VOC 2007 for detection): the run's task builds its data (the setup's own train transform, its
+  loader), model and loss, and each step is the task's step and the training loop's optimisation step
+  (:class:`rankrepro.bench.pipeline.TaskBench`; randomly initialised weights, the ``shuffle`` sampler, the default
+  runtime: channels-last, ``cudnn.benchmark``, pinned memory and persistent workers on CUDA; fp16 autocast and a
+  GradScaler on CUDA);
+- the **model step alone**: the same on one batch already loaded;
+- **inference**: the task's evaluation forward pass (no gradient) on one loaded batch (what evaluation costs).
 
 On CPU (always measured; 2 cores here) a small batch, ``cpu_steps`` timed steps after one warm-up step and
-4 original images of 256 px: enough to compare backbones, not to plan a GPU. On CUDA (when present) the
-setup's batch size, 20 timed steps after 5, 500 px originals (SOP-like photos), ``min(8, CPUs)`` loader
-workers, and the goal: **ResNet-50 at 224², fp16, with loading, >= 2,000 images/s on one H100 and >= 70 % of
-its model-only step**. A run on CUDA also writes the GPU's throughput profile for
-``python -m rankrepro cost`` (``profiles/throughput/<kind>.yaml``, ``measured: true``; the amp factor of
-``none`` from a ResNet-50 fp32 model step).
+small originals: enough to compare networks, not to plan a GPU. On CUDA (when present) the setup's batch size,
+20 timed steps after 5, 500 px originals (SOP-like photos), ``min(8, CPUs)`` loader workers, and the goal:
+**ResNet-50 at 224², fp16, with loading, >= 2,000 images/s on one H100 and >= 70 % of its model-only step**. A
+run on CUDA also writes the GPU's throughput profile for ``python -m rankrepro cost``
+(``profiles/throughput/<kind>.yaml``, ``measured: true``; the amp factor of ``none`` from a ResNet-50 fp32 model
+step).
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -38,77 +40,63 @@ CPU_BATCH = 4
 
 
 def cases(config: str | Path = "config.yaml") -> list[dict]:
-    """One run per (backbone, pooling, train crop) of the config's plan and of the setups, with that group's most
-    common batch size, sorted by backbone (the run's own model and images blocks; Smooth-AP loss)."""
+    """One run per (network, pooling, train crop) of the config's plan and of the setups whose task the bench times,
+    with that group's most common batch size, sorted by network (the run's own blocks; its loss replaced by Smooth-AP
+    where that is a loss of its task: the bench times networks, not losses). ``network``: the profile row (its
+    task's ``throughput_key``); ``bench_dataset``: the dataset whose replica it trains on."""
     from rankrepro.catalog import load as load_catalog
     from rankrepro.plan.build import plan_from_config
     from rankrepro.plan.planner import resolve_run
     from rankrepro.plan.schema import PlanError, load_yaml
     from rankrepro.plan.setups import load_setups
-    from rankrepro.record.tasks import facts_of
+    from rankrepro.record.tasks import DEFAULT_TASK, facts_of, throughput_network
 
-    loss = resolve_run("suprank_sop", {"name": "smooth_ap"})["loss"]
+    smooth_ap = resolve_run("suprank_sop", {"name": "smooth_ap"})["loss"]
     runs = list(plan_from_config(load_yaml(Path(config)))["runs"].values())
-    for name, setup in load_setups().items():
+    for name in load_setups():
         try:
             runs.append(resolve_run(name, {"name": "smooth_ap"}))
-        except PlanError:  # an abstract base setup (no dataset): its children are listed
-            continue
-    tasks_catalog = load_catalog()
+        except PlanError:  # an abstract base setup (no dataset), or one of a task whose loss is its own
+            try:
+                runs.append(resolve_run(name, {}))
+            except PlanError:
+                continue
+    catalog = load_catalog()
+    smooth_ap_task = catalog["loss"]["smooth_ap"].get("task") or DEFAULT_TASK
     groups: dict[tuple, list[dict]] = {}
     for run in runs:
-        if not facts_of(run, tasks_catalog)["benched"]:  # a task whose profile rows come from elsewhere
+        dataset = facts_of(run, catalog)["bench_dataset"]
+        if dataset is None:  # a task whose profile rows come from elsewhere
             continue
-        key = (run["model"]["backbone"], run["model"]["pooling"]["name"], run["images"]["train_crop"])
-        groups.setdefault(key, []).append(run)
+        pooling = (run["model"].get("pooling") or {}).get("name", "-")
+        key = (throughput_network(run, catalog), pooling, run["images"]["train_crop"])
+        loss = smooth_ap if run["task"] == smooth_ap_task else run["loss"]
+        groups.setdefault(key, []).append({**run, "loss": loss, "bench_dataset": dataset})
     out = []
-    for key, group in sorted(groups.items()):
+    for (network, pooling, _), group in sorted(groups.items()):
         batch = Counter(r["sampler"]["batch_size"] for r in group).most_common(1)[0][0]
         run = next(r for r in group if r["sampler"]["batch_size"] == batch)
-        out.append({**run, "loss": loss, "setup_batch": batch})
+        out.append({**run, "network": network, "pooling_name": pooling, "setup_batch": batch})
     return out
 
 
-def inference_throughput(run: dict, device: torch.device, batch_size: int, warmup: int, steps: int) -> float:
-    """Images/s of forward passes without gradient on one random batch on ``device`` (fp16 autocast on CUDA)."""
-    from rankrepro.device import autocast
-    from rankrepro.models import build_model
-
-    model = build_model(dict(run["model"], pretrained="none")).to(device).to(memory_format=torch.channels_last).eval()
-    crop = run["images"]["test_crop"]
-    x = torch.randn(batch_size, 3, crop, crop, device=device).contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        for step in range(warmup + steps):
-            if step == warmup:
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                t0 = time.perf_counter()
-            with autocast(device, "fp16"):
-                model(x)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return steps * batch_size / (time.perf_counter() - t0)
-
-
-def measure(device: str, runs: list[dict], manifest_dir: Path, *, batch: int | None, warmup: int, steps: int,
+def measure(device: str, runs: list[dict], replicas: dict[str, Path], *, batch: int | None, warmup: int, steps: int,
             workers: int) -> list[dict]:
-    """The rows of one device: full step, model step and inference images/s of each case."""
-    from rankrepro.bench.pipeline import train_throughput
-    from rankrepro.data.images import ImageDataset
-    from rankrepro.data.manifest import read_manifest
-    from rankrepro.data.transforms import train_transform
+    """The rows of one device: full step, model step and inference images/s of each case, each on the replica of
+    its ``bench_dataset`` (``replicas``: dataset -> manifest folder)."""
+    from rankrepro.bench.pipeline import TaskBench, bench_run
 
-    dev = torch.device(device)
-    train = read_manifest(manifest_dir).split("train")
     rows = []
     for run in runs:
         b = batch or run["setup_batch"]
-        dataset = ImageDataset(train, train_transform(run["images"]), contiguous=True)
-        common = {"batch_size": b, "warmup": warmup, "steps": steps}
-        full = train_throughput(dataset, run, dev, workers=workers, **common)
-        model_only = train_throughput(dataset, run, dev, synthetic=True, **common)
-        infer = inference_throughput(run, dev, b, warmup, steps)
-        rows.append({"device": device, "backbone": run["model"]["backbone"], "pooling": run["model"]["pooling"]["name"],
+        bench = TaskBench(bench_run(run, b, "fp16"), replicas[run["bench_dataset"]], device, workers=workers)
+        try:
+            full = bench.train(warmup, steps)
+            model_only = bench.train(warmup, steps, synthetic=True)
+            infer = bench.infer(warmup, steps)
+        finally:
+            bench.close()
+        rows.append({"device": device, "backbone": run["network"], "pooling": run["pooling_name"],
                      "crop": run["images"]["train_crop"], "setup_batch": run["setup_batch"], "batch": b,
                      "full_ips": full, "model_ips": model_only, "inference_ips": infer, "workers": workers,
                      "steps": steps, "warmup": warmup})
@@ -143,12 +131,13 @@ def write_profile(rows: list[dict], none_factor: float, gpu: str, profiles_dir: 
     return path
 
 
+#: the replicas the bench trains on, per device: options of their ``make_replica`` (SOP's; others take theirs)
+REPLICA_OPTIONS = {"cpu": {"classes_per_super": 1, "image_size": 256}, "cuda": {"classes_per_super": 10, "image_size": 500}}
+
+
 def run(out_dir="results/bench", device: str | None = None, cpu_steps: int = 2, config="config.yaml") -> dict:
-    from rankrepro.bench.pipeline import machine, make_replica, train_throughput
-    from rankrepro.data.images import ImageDataset
-    from rankrepro.data.manifest import read_manifest
-    from rankrepro.data.transforms import train_transform
     from rankrepro.bench import gpu_not_measured, write_record
+    from rankrepro.bench.pipeline import TaskBench, bench_run, machine, replica_manifest
     from rankrepro.plan.cost import PROFILES_DIR
 
     cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
@@ -157,16 +146,22 @@ def run(out_dir="results/bench", device: str | None = None, cpu_steps: int = 2, 
     runs = cases(config)
     record: dict = {"machine": machine(), "cases": len(runs)}
     with tempfile.TemporaryDirectory(prefix="rankrepro-bench-train-") as tmp:
-        cpu_manifest = make_replica(Path(tmp) / "cpu", classes_per_super=1, image_size=256)
-        record["cpu"] = measure("cpu", runs, cpu_manifest, batch=CPU_BATCH, warmup=1, steps=cpu_steps, workers=0)
+        def replicas(kind: str) -> dict[str, Path]:
+            return {name: replica_manifest(name, Path(tmp) / kind / name, **REPLICA_OPTIONS[kind])
+                    for name in sorted({r["bench_dataset"] for r in runs})}
+
+        record["cpu"] = measure("cpu", runs, replicas("cpu"), batch=CPU_BATCH, warmup=1, steps=cpu_steps, workers=0)
         if cuda:
-            gpu_manifest = make_replica(Path(tmp) / "gpu", classes_per_super=10, image_size=500)
+            gpu_replicas = replicas("cuda")
             workers = min(8, len(os.sched_getaffinity(0)))
-            record["gpu"] = measure("cuda", runs, gpu_manifest, batch=None, warmup=5, steps=20, workers=workers)
-            r50 = next(r for r in runs if r["model"]["backbone"] == "resnet50" and r["images"]["train_crop"] == 224)
-            dataset = ImageDataset(read_manifest(gpu_manifest).split("train"), train_transform(r50["images"]),
-                                   contiguous=True)
-            fp32 = train_throughput(dataset, r50, "cuda", batch_size=r50["setup_batch"], synthetic=True, amp="none")
+            record["gpu"] = measure("cuda", runs, gpu_replicas, batch=None, warmup=5, steps=20, workers=workers)
+            r50 = next(r for r in runs if r["network"] == "resnet50" and r["images"]["train_crop"] == 224)
+            fp32_bench = TaskBench(bench_run(r50, r50["setup_batch"], "none"), gpu_replicas[r50["bench_dataset"]],
+                                   "cuda", workers=workers)
+            try:
+                fp32 = fp32_bench.train(5, 20, synthetic=True)
+            finally:
+                fp32_bench.close()
             fp16 = next(r["model_ips"] for r in record["gpu"] if r["backbone"] == "resnet50" and r["crop"] == 224)
             record["profile"] = str(write_profile(record["gpu"], fp32 / fp16, torch.cuda.get_device_name(0),
                                                   PROFILES_DIR))
@@ -188,19 +183,20 @@ def _rows(rows: list[dict]) -> list[str]:
 def render(record: dict) -> str:
     m = record["machine"]
     cpu = record["cpu"]
-    lines = ["# Training throughput per backbone", "",
-             ("`python -m rankrepro bench train` (src/rankrepro/bench/train.py). Full step: images read from a "
-              "generated SOP replica through the setup's train transform and a DataLoader, forward, Smooth-AP, "
-              "backward, the setup's optimizer; model step: one random batch already on the device; inference: "
-              "forward only. Randomly initialised weights."), "",
+    lines = ["# Training throughput per network", "",
+             ("`python -m rankrepro bench train` (src/rankrepro/bench/train.py). Full step: the trainer's own (the "
+              "run's task's data, loader, model, loss and step, the training loop's optimisation step) on a "
+              "generated replica of the task's bench dataset (SOP for retrieval, with Smooth-AP; VOC 2007 for the "
+              "detectors), the shuffle sampler; model step: the same on one loaded batch; inference: the task's "
+              "evaluation forward pass on one loaded batch. Randomly initialised weights."), "",
              (f"Machine: {m['cpu']}, {m['cpu_count']} CPUs ({m['cpus_usable']} usable), torch threads "
               f"{m['torch_threads']}, load average {m['load_average']} at the start; torch {m['torch']}."), "",
              f"Goal: ResNet-50 at 224², fp16, with loading, >= {GOAL_IPS:,} images/s on one H100 and >= "
              f"{GOAL_RATIO:.0%} of its model-only step.", "",
              "## CPU", "",
              (f"Batch {cpu[0]['batch']} instead of the setup's (in brackets), {cpu[0]['warmup']} warm-up and "
-              f"{cpu[0]['steps']} timed steps, main-process loading (num_workers 0), 256 px originals, fp32: "
-              "a comparison of backbones on this machine, not a GPU forecast."), ""]
+              f"{cpu[0]['steps']} timed steps, main-process loading (num_workers 0), the replicas' originals (SOP: 256 px), fp32: "
+              "a comparison of networks on this machine, not a GPU forecast."), ""]
     lines += _rows(cpu)
     lines += ["", "## GPU", ""]
     if isinstance(record["gpu"], str):

@@ -116,7 +116,7 @@ def run_cost(run: dict, profile: dict, counts: dict[str, int], other_counts: tup
     """One run's estimate (module docstring): images, images/s and hours; ``gpu_h`` None (with ``note``) when
     the training split's image count is unknown. ``other_counts``: the split counts of the run's
     ``eval.datasets``, whose images (every split but ``train``) its final evaluation embeds too."""
-    model, images = run["model"], run["images"]
+    images = run["images"]
     split = run.get("train_split", "train")
     network = throughput_network(run, catalog.load())
     out = {"dataset": run["dataset"], "backbone": network, "train_crop": images["train_crop"],

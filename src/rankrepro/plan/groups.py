@@ -22,7 +22,7 @@ import copy
 
 from rankrepro.plan.merge import origin_of
 from rankrepro.plan.schema import PlanError, dotted
-from rankrepro.record.groups import GROUPS_KEY, MODEL_GROUPS
+from rankrepro.record.groups import GROUPS_KEY
 
 __all__ = ["SCHEDULES_WITH_FLOOR", "complete_groups"]
 

@@ -29,15 +29,15 @@ class TaskFacts:
       (its default): the plan fails naming the key when a run sets another;
     - ``throughput_key``: the row of a throughput profile (``profiles/throughput/<gpu>.yaml``) its runs are
       costed by, a format string over the run's ``model`` block (``"{backbone}"``, ``"{name}/{backbone}"``);
-    - ``benched``: whether ``python -m rankrepro bench train`` times its runs (a task whose profile rows come
-      from elsewhere says False).
+    - ``bench_dataset``: the registered dataset on whose generated replica ``python -m rankrepro bench train`` times
+      the task's runs (None: the bench does not time them; their profile rows come from elsewhere).
     """
 
     metrics: tuple[str, ...] | None = None
     backbones: tuple[str, ...] | None = None
     refused: dict = field(default_factory=dict)
     throughput_key: str = "{backbone}"
-    benched: bool = True
+    bench_dataset: str | None = None
 
     def as_json(self) -> dict:
         """The facts as the catalog stores them (lists for tuples)."""

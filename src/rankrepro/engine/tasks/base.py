@@ -16,6 +16,9 @@ in this order:
 4. :meth:`Task.checkpoint_state` at every checkpoint (extra keys it restores from in :meth:`Task.start`);
 5. :meth:`Task.close` when training ends.
 
+``python -m rankrepro bench train`` times the same parts, batches and step (:class:`rankrepro.bench.pipeline.TaskBench`),
+and :meth:`Task.infer` for inference.
+
 The task's ``facts`` (:class:`~rankrepro.record.tasks.TaskFacts`) reach the planner through the catalog, and
 ``evaluator`` writes a trained run's ``metrics.json``.
 """
@@ -74,6 +77,11 @@ class Task:
 
     def step(self, batch) -> tuple[torch.Tensor, int]:
         """The loss of one ``batch`` (a scalar tensor, before backward) and its number of images."""
+        raise NotImplementedError
+
+    def infer(self, batch) -> int:
+        """The evaluation's forward pass on a training ``batch`` (the model in eval mode, no gradient); returns its
+        number of images. What ``python -m rankrepro bench train`` times as inference (a task it times gives it)."""
         raise NotImplementedError
 
     def after_epoch(self, model: torch.nn.Module, epoch: int) -> None:

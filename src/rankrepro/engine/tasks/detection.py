@@ -143,7 +143,7 @@ class DetectionTask(Task):
 
     facts = TaskFacts(metrics=("AP50",), backbones=tuple(DETECTION_BACKBONES),
                       refused={"eval.every": None, "eval.datasets": [], "base_loss": None, "images.face": None},
-                      throughput_key="{name}/{backbone}", benched=False)
+                      throughput_key="{name}/{backbone}", bench_dataset="voc07")
     evaluator = staticmethod(evaluate)
 
     def build(self, run, manifest_dir, out_dir, settings, device) -> Parts:
@@ -163,3 +163,7 @@ class DetectionTask(Task):
         images = [im.to(self.device) for im in images]
         targets = [{k: v.to(self.device) for k, v in t.items()} for t in targets]
         return sum(self.model(images, targets).values()), len(images)
+
+    def infer(self, batch) -> int:
+        self.model([im.to(self.device) for im in batch[0]])
+        return len(batch[0])

@@ -18,7 +18,6 @@ epoch's seed, so a resumed epoch skips its done batches without loading them).
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -54,7 +53,8 @@ def build_loss(block: dict, labels: np.ndarray, embed_dim: int, base: dict | Non
 class RetrievalTask(Task):
     """Retrieval training (module docstring)."""
 
-    facts = TaskFacts(metrics=None, backbones=None, refused={}, throughput_key="{backbone}", benched=True)
+    facts = TaskFacts(metrics=None, backbones=None, refused={}, throughput_key="{backbone}",
+                      bench_dataset="sop")
     evaluator = staticmethod(evaluate)
 
     def build(self, run, manifest_dir, out_dir, settings, device) -> Parts:
@@ -93,6 +93,11 @@ class RetrievalTask(Task):
         with autocast(self.device, self.run["amp"]):
             embeddings = self.forward(images)
         return self.criterion(embeddings.float(), labels), len(images)
+
+    def infer(self, batch) -> int:
+        with autocast(self.device, self.run["amp"]):
+            self.forward(batch[0])
+        return len(batch[0])
 
     def after_epoch(self, model, epoch: int) -> None:
         self.curve.after_epoch(model, epoch)
