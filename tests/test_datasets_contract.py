@@ -13,7 +13,6 @@ import pytest
 
 from rankrepro.data import datasets
 from rankrepro.data.checksums import file_digest, parse_checksum
-from rankrepro.data.datasets.base import DETECTION_PROTOCOLS
 from rankrepro.data.errors import ChecksumError
 from rankrepro.data.manifest import META_JSON, level_columns
 from rankrepro.metrics.protocols import PROTOCOLS
@@ -45,7 +44,7 @@ def test_facts_are_json_and_complete(name):
     dataset = datasets.load(name)
     facts = dataset.facts()
     assert facts == json.loads(json.dumps(facts))
-    assert facts["protocol"] in (*PROTOCOLS, *DETECTION_PROTOCOLS) and facts["levels"] and facts["files"] >= 1
+    assert facts["protocol"] in PROTOCOLS and facts["levels"] and facts["files"] >= 1
     assert dataset.title and dataset.marker
     files = dataset.source_files()
     assert len({f.name for f in files}) == len(files)

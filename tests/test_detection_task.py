@@ -219,10 +219,32 @@ def test_evaluate_refuses_a_retrieval_manifest(manifest_dir, tmp_path):
     other = tmp_path / "m"
     other.mkdir()
     (other / "manifest.csv").write_text((manifest_dir / "manifest.csv").read_text())
-    (other / "meta.json").write_text(json.dumps({**meta, "protocol": "sop"}))
+    (other / "meta.json").write_text(json.dumps({**meta, "protocol": "same-set"}))
     run = tiny_run()
-    with pytest.raises(ValueError, match="protocol 'voc07'"):
+    with pytest.raises(ValueError, match=r"m/meta.json: protocol 'same-set' scores retrieval runs, not detection runs "
+                                         r"\(the protocols of detection: voc07\)"):
         detection.evaluate(run, other, tmp_path / "model.pt", tmp_path / "metrics.json", device="cpu")
+
+
+def test_a_retrieval_run_refuses_the_voc_manifest(manifest_dir, tmp_path):
+    from rankrepro.engine.evaluate import evaluate as retrieval_evaluate
+
+    run = resolve_run("suprank_sop", {"name": "smooth_ap"})
+    with pytest.raises(ValueError, match=r"protocol 'voc07' scores detection runs, not retrieval runs"):
+        retrieval_evaluate(run, manifest_dir, tmp_path / "model.pt", tmp_path / "metrics.json", device="cpu")
+
+
+def test_the_voc07_protocol_is_registered_and_scores_with_voc_ap(manifest_dir):
+    from rankrepro.metrics import protocols
+
+    protocol = protocols.of_manifest(read_manifest(manifest_dir), task="detection")
+    parts, inputs = protocol.manifest_inputs(read_manifest(manifest_dir))
+    truth = inputs({"test": []})[0][1]
+    perfect = [{"boxes": t["boxes"], "scores": np.ones(len(t["boxes"])), "labels": t["labels"]} for t in truth]
+    args, kwargs = inputs({"test": perfect})
+    metrics = protocol.score(*args, **kwargs)
+    assert protocol.name == "voc07" and list(parts) == ["test"] and metrics["AP50"] == 1.0
+    assert set(metrics) == {"AP50", *(f"AP50/{c}" for c in CLASSES)}
 
 
 # -------------------------------------------------------------------------------- planner checks

@@ -172,6 +172,11 @@ def _protocol_inputs(name, rng):
     if name == "dyml":
         b = {"fine": dict(query=x[:10], query_labels=y[:10], gallery=x[10:], gallery_labels=y[10:])}
         return (None, None), {"benchmarks": b}
+    if name == "voc07":  # one image of class 0: one object found, one missed
+        truth = [{"boxes": np.array([[1.0, 1.0, 10.0, 10.0], [20.0, 20.0, 30.0, 30.0]]), "labels": np.array([0, 0]),
+                  "difficult": np.array([False, False])}]
+        return ([{"boxes": np.array([[1.0, 1.0, 10.0, 10.0]]), "scores": np.array([0.9]), "labels": np.array([0])}],
+                truth), {}
     gt = [np.array([i, (i + 1) % 30]) for i in range(10)]
     if name == "gldv2-suprank":
         return (x[30:], None, x[:30], y[:30]), {"ground_truth": gt}
@@ -188,14 +193,16 @@ def test_protocol_names_are_exactly_the_manifest_strings():
     from rankrepro.metrics.protocols import run_protocol
 
     assert PROTOCOLS == ("same-set", "query-gallery", "vehicleid", "dyml", "gldv2-suprank", "gldv2-official",
-                         "face", "ijbc")
+                         "face", "ijbc", "voc07")
     for name in PROTOCOLS:
         args, kw = _protocol_inputs(name, np.random.default_rng(7))
         res = compute(*args, protocol=name, **kw)
         assert res and all(isinstance(k, str) for k in res)
+        if name == "voc07":  # recall 1/2 at precision 1: six of the eleven recall points
+            assert res["AP50"] == pytest.approx(6 / 11) and res["AP50/0"] == res["AP50"]
         assert run_protocol(name, *args, **kw) == res
     args, kw = _protocol_inputs("same-set", np.random.default_rng(7))
-    listed = "same-set, query-gallery, vehicleid, dyml, gldv2-suprank, gldv2-official, face, ijbc"
+    listed = "same-set, query-gallery, vehicleid, dyml, gldv2-suprank, gldv2-official, face, ijbc, voc07"
     for bad in ("same_set", "query_gallery", "Same-Set", "sop", "gldv2", "ijb-c", ""):
         with pytest.raises(ValueError, match=f"unknown protocol {bad!r}; allowed: {listed}"):
             compute(*args, protocol=bad)

@@ -29,11 +29,12 @@ def fake_embeddings(parts) -> dict:
 def test_the_registered_protocols_are_the_manifest_strings():
     assert sorted(PROTOCOLS) == REGISTRY.names()
     assert PROTOCOLS == ("same-set", "query-gallery", "vehicleid", "dyml", "gldv2-suprank", "gldv2-official",
-                         "face", "ijbc")
+                         "face", "ijbc", "voc07")
     for name in PROTOCOLS:
         assert protocols.get(name).name == name
     assert {n for n in PROTOCOLS if protocols.get(n).reads_manifests} == {
-        "same-set", "query-gallery", "vehicleid", "dyml", "gldv2-suprank", "face", "ijbc"}
+        "same-set", "query-gallery", "vehicleid", "dyml", "gldv2-suprank", "face", "ijbc", "voc07"}
+    assert [n for n in PROTOCOLS if protocols.get(n).task != "retrieval"] == ["voc07"]
     assert [n for n in PROTOCOLS if not protocols.get(n).one_embedding_pass] == ["same-set", "query-gallery"]
     with pytest.raises(ValueError, match="must match"):
         REGISTRY.register("same_set")(protocols.Protocol)
@@ -55,7 +56,7 @@ def test_unknown_protocol_names_the_meta_json_and_the_registered_ones(tmp_path):
 
 def test_protocols_without_a_manifest_reader_say_which_have_one():
     with pytest.raises(NotImplementedError, match=r"'gldv2-official' is not wired .* \(supported: same-set, "
-                                                  r"query-gallery, vehicleid, dyml, gldv2-suprank, face, ijbc\)"):
+                                                  r"query-gallery, vehicleid, dyml, gldv2-suprank, face, ijbc, voc07\)"):
         of_manifest(manifest([("a.jpg", "test", 0)], protocol="gldv2-official"))
 
 

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from rankrepro.data import datasets
-from rankrepro.data.datasets.base import DETECTION_PROTOCOLS
+from rankrepro.metrics.protocols import get as get_protocol
 from rankrepro.data.datasets.voc import CLASSES, first_class, parse_annotation
 from rankrepro.data.manifest import read_manifest
 
@@ -98,7 +98,7 @@ def test_facts_files_and_counts():
         assert dataset.expected_counts == {"train": {"images": train, "class": 20},
                                            "test": {"images": 4_952, "class": 20}}
         assert dataset.extra_columns == ("objects", "width", "height", "year", "image_id")
-    assert "voc07" in DETECTION_PROTOCOLS
+    assert get_protocol("voc07").task == "detection"
     by_name = {f.name: f for f in VOC0712.source_files()}
     assert by_name[TRAINVAL07].url == THOR + "voc2007/" + TRAINVAL07
     assert by_name[TRAINVAL07].checksum == "md5:c52e279531787c972589f7e41ab4ae64"

@@ -11,8 +11,7 @@ integer column per coarser level: ``level_1`` ... ``level_L`` (finest first:
 ``meta.json`` holds ``dataset`` (the registered name), ``root`` (absolute image
 root), ``levels`` (the level names, finest first), ``protocol`` (the evaluation
 protocol, a name of :data:`rankrepro.metrics.protocols.PROTOCOLS`: ``same-set``,
-``query-gallery``, ``vehicleid``, ``dyml``, ``gldv2-suprank``, ...; a detection dataset: one of
-:data:`~rankrepro.data.datasets.base.DETECTION_PROTOCOLS`, ``voc07``), ``replica``
+``query-gallery``, ``vehicleid``, ``dyml``, ``gldv2-suprank``, ...; a detection dataset: ``voc07``), ``replica``
 (True for generated replicas), ``counts`` per split (``images``, ``classes``) and
 any dataset-specific entries (e.g. SOP's ``super_class_names``).
 

@@ -19,6 +19,7 @@ from rankrepro.device import autocast, resolve_device
 from rankrepro.record.selection import CURVE_FILE, read_curve, selection_record
 from rankrepro.engine.model_file import load_model
 from rankrepro.io import atomic_write_json
+from rankrepro.record.tasks import DEFAULT_TASK
 from rankrepro.metrics import compute, protocols
 
 
@@ -119,8 +120,8 @@ def evaluate(run: dict, manifest_dir: str | Path, model_path: str | Path, out_pa
     dev = resolve_device(device)
     manifest = read_manifest(manifest_dir)
     others = {name: read_manifest(Path(manifest_dir).parent / name) for name in run["eval"].get("datasets", [])}
-    for m in (manifest, *others.values()):
-        protocols.of_manifest(m)  # an unknown protocol fails before the model loads
+    for m in (manifest, *others.values()):  # an unknown protocol, or one of another task, fails before the model loads
+        protocols.of_manifest(m, task=run.get("task", DEFAULT_TASK))
     model = load_model(model_path, dev)
     options = {"batch_size": batch_size, "num_workers": num_workers, "progress": progress}
     scored = score(model, manifest, run, dev, image_cache=image_cache, **options)

@@ -56,9 +56,6 @@ from rankrepro.io import atomic_write_json
 
 DOWNLOAD_RECORD = "download.json"
 REPLICA_RECORD = "replica.json"
-#: the protocols of detection datasets (not retrieval protocols of rankrepro.metrics.protocols):
-#: ``voc07``, the VOC07 11-point AP at IoU 0.5 (Pascal VOC, :mod:`rankrepro.data.datasets.voc`)
-DETECTION_PROTOCOLS = ("voc07",)
 
 
 @dataclass(frozen=True)
@@ -103,8 +100,7 @@ class Dataset:
     the dataset. ``root_in_only_subfolder``: :meth:`find_root` also takes the tree's only sub-folder
     holding ``marker`` (a copy extracted under another folder name). ``levels``: level names, finest first (the manifest's ``label``,
     ``level_1``, ...). ``protocol``: the evaluation protocol, one of
-    :data:`rankrepro.metrics.protocols.PROTOCOLS` (retrieval) or of :data:`DETECTION_PROTOCOLS`
-    (a detection dataset, scored outside those). ``expected_counts``: per split,
+    :data:`rankrepro.metrics.protocols.PROTOCOLS` (``voc07`` for a detection dataset). ``expected_counts``: per split,
     ``images`` and the number of distinct labels per level name, checked unless the
     source is a replica. ``disjoint``: pairs of splits that must share no finest label.
     ``derived_from``: the dataset whose manifest :meth:`derive` transforms (no files).

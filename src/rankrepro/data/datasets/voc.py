@@ -9,8 +9,8 @@ Two registrations of one class share their files (``source = "voc"``: one downlo
   VOC2007 test; needs all three archives. When both are planned, the download job runs as ``voc0712``
   (the dataset declaring the most files of a source: :meth:`WorkflowTargets.source_dataset`).
 
-Protocol ``voc07`` (a detection protocol, :data:`~rankrepro.data.datasets.base.DETECTION_PROTOCOLS`): the
-VOC07 11-point AP at IoU 0.5, difficult objects ignored (detection.md A.1); not a retrieval protocol.
+Protocol ``voc07`` (the detection protocol, :mod:`rankrepro.metrics.protocols.voc`): the
+VOC07 11-point AP at IoU 0.5, difficult objects ignored (detection.md A.1), the detection task's.
 
 Source files (detection.md A.3): URLs and md5 of torchvision 0.29 ``datasets/voc.py``, sizes of TFDS
 ``url_checksums/voc.txt`` @333639b3; public, no licence form. The same bytes are published under the

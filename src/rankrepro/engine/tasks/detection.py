@@ -1,9 +1,10 @@
 """Object detection runs (``task: detection``, RaMBO Tables 5 and 8): a Faster R-CNN trained on a VOC
 manifest (:mod:`rankrepro.data.datasets.voc`) and scored by VOC07 AP at IoU 0.5 (:mod:`rankrepro.metrics.detection`).
 
-Registered in :data:`rankrepro.engine.tasks.TASKS` with the retrieval task's signatures.
+Registered in :data:`rankrepro.engine.tasks.TASKS` (:class:`DetectionTask`); it trains through the one loop,
+:func:`rankrepro.engine.loop.train`, and gives it its parts, batches and step.
 
-**Training** (:func:`train`): the run's ``model`` (``faster_rcnn``, :func:`rankrepro.models.detection.build_detector`)
+**Training**: the run's ``model`` (``faster_rcnn``, :func:`rankrepro.models.detection.build_detector`)
 with its ``loss`` (``faster_rcnn``, :class:`rankrepro.losses.detection.FasterRCNNLoss`) in the RoI heads; the
 optimizer groups and schedule of :mod:`rankrepro.engine.optim` (a ``net`` group: every trainable parameter);
 batches of the ``shuffle`` sampler; each image flipped horizontally with probability 0.5 (mmdetection's
@@ -13,15 +14,14 @@ assigner ignores), boxes converted from VOC's 1-based inclusive pixels to torchv
 (:func:`~rankrepro.metrics.detection.from_voc_convention`), labels 1..20 (0: background). The loss is the sum of
 the four losses the detector returns; ``grad_clip`` (a run key) clips the global gradient norm. ``checkpoint.pt``
 holds the model, the loss's state (RaMBO's memory of the last batches), the optimizer, schedule, history, the
-position inside the epoch and every RNG: it is written after every epoch, every ``runtime.checkpoint_minutes``
-and on SIGTERM, and a job that finds it resumes exactly. A non-finite loss stops the run naming the last
-checkpoint. ``history.csv`` has the retrieval trainer's columns.
+position inside the epoch and every RNG (the loop's). ``history.csv`` has every task's columns.
 
 **Evaluation** (:func:`evaluate`): the test split's detections (torchvision's post-processing: score > 0.05,
-NMS 0.5, 100 per image, mmdetection's test settings), converted back to VOC's convention and scored against every
-object of the XML (difficult ones ignored) by :func:`~rankrepro.metrics.detection.voc_ap`: 11-point AP at IoU 0.5
-with the legacy +1 pixel (the VOC 2007 protocol mmdetection applies: reference/detection.md A.1). ``metrics``:
-``AP50`` (the mean over the 20 classes) and ``AP50/<class>``.
+NMS 0.5, 100 per image, mmdetection's test settings), converted back to VOC's convention and scored under the
+manifest's protocol, ``voc07`` (:mod:`rankrepro.metrics.protocols.voc`: every object of the XML, difficult ones
+ignored, :func:`~rankrepro.metrics.detection.voc_ap`'s 11-point AP at IoU 0.5 with the legacy +1 pixel, the VOC
+2007 protocol mmdetection applies: reference/detection.md A.1). ``metrics``: ``AP50`` (the mean over the 20
+classes) and ``AP50/<class>``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from rankrepro.engine.model_file import load_model
 from rankrepro.engine.tasks import TASKS
 from rankrepro.engine.tasks.base import Parts, Task
 from rankrepro.io import atomic_write_json
-from rankrepro.metrics.detection import from_voc_convention, to_voc_convention, voc_ap
+from rankrepro.metrics import protocols
+from rankrepro.metrics.detection import from_voc_convention, to_voc_convention
 from rankrepro.models import build_model
 from rankrepro.models.detection import DETECTION_BACKBONES
 from rankrepro.record.selection import selection_record
@@ -110,26 +111,21 @@ def detections(model, dataset: VOCImages, device: torch.device, batch_size: int,
 def evaluate(run: dict, manifest_dir: str | Path, model_path: str | Path, out_path: str | Path, *,
              device: str = "auto", num_workers: int = 0, batch_size: int = 256, run_id: str = "",
              progress: bool = True, image_cache=None) -> dict:
-    """Write ``metrics.json``: VOC07 AP50 of the detector in ``model_path`` on the manifest's test split (module
-    docstring), scored in batches of at most the run's training batch (``batch_size`` caps it)."""
+    """Write ``metrics.json``: the detector in ``model_path`` scored under the manifest's protocol (a detection
+    protocol: ``voc07``, :mod:`rankrepro.metrics.protocols.voc`) on its test split (module docstring), in batches of
+    at most the run's training batch (``batch_size`` caps it)."""
     dev = resolve_device(device)
     manifest = read_manifest(manifest_dir)
-    if manifest.meta.get("protocol") != "voc07":
-        raise ValueError(f"{manifest_dir}: protocol {manifest.meta.get('protocol')!r}; a detection run scores a "
-                         "VOC manifest (protocol 'voc07')")
-    test = manifest.split("test")
+    protocol = protocols.of_manifest(manifest, task=run.get("task"))
+    parts, inputs = protocol.manifest_inputs(manifest)
     model = load_model(model_path, dev, context={"num_classes": NUM_CLASSES})
-    dataset = VOCImages(test)
+    dataset = VOCImages(parts["test"])
     t0 = time.perf_counter()
     found = detections(model, dataset, dev, min(batch_size, run["sampler"]["batch_size"]), num_workers, progress)
     t_detect = time.perf_counter() - t0
-    truth = [{"boxes": o[:, 1:5], "labels": o[:, 0].astype(np.int64), "difficult": o[:, 5] > 0}
-             for o in dataset.objects]
-    scored = voc_ap(found, truth, num_classes=NUM_CLASSES - 1, iou_threshold=0.5, mode="11point", legacy_plus1=True)
-    names = manifest.meta.get("class_names") or [str(c) for c in range(NUM_CLASSES - 1)]
-    metrics = {"AP50": float(scored["mAP"]), **{f"AP50/{n}": float(a) for n, a in zip(names, scored["ap"])},
-               "n_images": len(dataset)}
-    result = {"run_id": run_id, "dataset": run["dataset"], "protocol": "voc07", "splits": ["test"],
+    args, kwargs = inputs({"test": found})
+    metrics = {**protocol.score(*args, metrics=run["eval"]["metrics"], **kwargs), "n_images": len(dataset)}
+    result = {"run_id": run_id, "dataset": run["dataset"], "protocol": protocol.name, "splits": list(parts),
               "replica": bool(manifest.meta.get("replica", False)), "n_images": len(dataset), "metrics": metrics,
               "seconds": {"embed": round(t_detect, 3), "metrics": round(time.perf_counter() - t0 - t_detect, 3)},
               **selection_record(run, metrics, [])}

@@ -35,6 +35,8 @@ face / ijbc (face)      Face retrieval mAP (Smooth-AP §5): same-set, full-list 
                         sighting (the manifest's ``instance`` column) are averaged into one
                         L2-normalised vector, still images stay single instances, identities
                         with fewer than 5 instances (after the averaging) are removed.
+voc07 (voc)             Pascal VOC 2007 detection (the detection task's): the test split's
+                        detections against its objects, 11-point AP at IoU 0.5 (VOC AP).
 ======================  ========================================================================
 
 ``gldv2-official`` scores arrays but reads no manifest yet: no run evaluates with it
@@ -46,7 +48,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .base import REGISTRY, Protocol
-from . import plain, vehicleid, dyml, gldv2, face  # noqa: E402,F401  (the registrations, in the order of PROTOCOLS)
+from . import plain, vehicleid, dyml, gldv2, face, voc  # noqa: E402,F401  (the registrations, in the order of PROTOCOLS)
 from .face import average_templates, face_map
 from .gldv2 import gldv2_official, gldv2_suprank, topk_exact
 
@@ -73,11 +75,13 @@ def get(name: str) -> Protocol:
 DEFAULT_METRICS = {name: get(name).default_metrics for name in PROTOCOLS if get(name).default_metrics}
 
 
-def of_manifest(manifest: Manifest) -> Protocol:
-    """The protocol a manifest's ``meta.json`` names (``protocol``), able to read the manifest.
+def of_manifest(manifest: Manifest, task: str | None = None) -> Protocol:
+    """The protocol a manifest's ``meta.json`` names (``protocol``), able to read the manifest (and, with ``task``,
+    one that scores runs of that task).
 
     An unknown name is a ValueError naming the ``meta.json`` and the registered protocols; a
-    protocol that reads no manifest yet a NotImplementedError naming those that do."""
+    protocol that reads no manifest yet a NotImplementedError naming those that do; one of another task a
+    ValueError naming the ``meta.json``, the protocol's task and the protocols of ``task``."""
     where = manifest.directory / "meta.json" if manifest.directory else "manifest"
     name = manifest.meta.get("protocol")
     try:
@@ -88,6 +92,10 @@ def of_manifest(manifest: Manifest) -> Protocol:
         readers = [p for p in PROTOCOLS if get(p).reads_manifests]
         raise NotImplementedError(f"{where}: evaluation of protocol {name!r} is not wired into training runs yet "
                                   f"(supported: {', '.join(readers)})")
+    if task is not None and protocol.task != task:
+        own = [p for p in PROTOCOLS if get(p).task == task]
+        raise ValueError(f"{where}: protocol {name!r} scores {protocol.task} runs, not {task} runs (the protocols of "
+                         f"{task}: {', '.join(own) or 'none'})")
     return protocol
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from rankrepro.record.tasks import DEFAULT_TASK
 from rankrepro.registry import Registry
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ Inputs = Callable[[dict[str, np.ndarray]], tuple[tuple, dict]]
 class Protocol:
     """One evaluation protocol (a registered class; :func:`rankrepro.metrics.protocols.get` builds it).
 
-    ``name``: the registered name. ``default_metrics``: what :meth:`score` computes when it is given
+    ``name``: the registered name. ``task``: the task whose runs it scores. ``default_metrics``: what :meth:`score` computes when it is given
     no metric names (None: :func:`~rankrepro.metrics.core.compute_plain`'s defaults).
     ``one_embedding_pass``: True: the splits of :meth:`manifest_inputs` may share images, so each
     distinct image is embedded once, in one pass over them all; False: each split is embedded in its
@@ -48,6 +49,8 @@ class Protocol:
     backends, so this keeps their metrics what they have always been)."""
 
     name: str = ""
+    #: the task whose runs it scores (:mod:`rankrepro.engine.tasks`): retrieval, unless it says otherwise
+    task: str = DEFAULT_TASK
     default_metrics: tuple[str, ...] | None = None
     one_embedding_pass: bool = True
 
