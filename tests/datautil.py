@@ -47,3 +47,14 @@ def sop_manifest(root: str | Path) -> Path:
     replica_archive("sop", archive, classes_per_super=2, images_per_class=(4, 4), image_size=16)
     datasets.load("sop").prepare(archive, root / "manifest", data_root=root / "data", replica=True)
     return root / "manifest"
+
+
+def voc07_manifest(root: str | Path) -> Path:
+    """The voc07 replica downloaded and prepared under ``root`` (6 training and 4 test images of 64 x 48 pixels);
+    returns its manifest folder (what the detection tests train on)."""
+    root = Path(root)
+    voc07 = datasets.load("voc07")
+    voc07.write_replica(root / "replica")
+    record = voc07.download(root / "data", replica_dir=root / "replica")
+    voc07.prepare(record, root / "manifest", data_root=root / "data", replica=True)
+    return root / "manifest"

@@ -273,3 +273,28 @@ def test_a_slurm_dry_run_gives_each_training_job_its_own_runtime(tmp_path):
         assert values["slurm_partition"] == "gpu" and int(values["mem_mb"]) < 64000 and values["attempt"] == "1"
     assert set(runtimes) == {"cub", "sop"}, runtimes
     assert max(runtimes["cub"]) < min(runtimes["sop"]) < 2880, runtimes
+
+
+def test_the_demos_replica_manifest_does_not_size_a_real_datasets_jobs(tmp_path):
+    """After the demo, results/manifests/cub is a replica's (40 images); config.yaml's real CUB job is sized by
+    CUB's declared 5,864 training images, as with no results folder (before: 30 minutes instead of 60)."""
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "toy.yaml").write_text(PROFILE)
+    plan = Plan({"cub": toy_run(dataset="cub", epochs=1000, every=None)}, {},
+                {"cub": {"facts": {"source": "cub", "derived_from": None}, "config": {"replica": False}}},
+                {"names": []})
+    job = [Work("cub", train=True, evaluate=False)]
+
+    def minutes(results):
+        return ClusterResources(plan, RUNTIME, {"gpu": "toy", "runtime_min": 1}, results,
+                                tmp_path / "profiles").runtime_minutes(job)
+
+    without = minutes(tmp_path / "nowhere")
+    meta = tmp_path / "results" / "manifests" / "cub" / "meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"replica": True, "counts": {"train": {"images": 24}, "test": {"images": 16}}}))
+    # 5,864 images x 1,000 epochs / 1,000 images/s = 97.7 min x 2 + 15 = 210.5 -> 211
+    assert minutes(tmp_path / "results") == without == 211
+    meta.write_text(json.dumps({"replica": True}))
+    with pytest.raises(PlanError, match=rf"{meta}: no 'counts'.*size the jobs' runtime"):
+        minutes(tmp_path / "results")

@@ -5,7 +5,8 @@ import json
 import pytest
 import yaml
 
-from rankrepro.plan.cost import ProfileError, images_per_s, load_profile, plan_cost, split_images
+from rankrepro.plan.cost import (PROFILES_DIR, CountsError, ProfileError, images_per_s, load_profile, plan_cost,
+                                 split_images)
 
 
 def _run(dataset, backbone, crop, epochs, amp="fp16", cap=None, batch=100, every=None):
@@ -62,10 +63,57 @@ def test_the_estimate_of_a_tiny_plan_equals_the_hand_computation(profiles, resul
 
 
 def test_counts_fall_back_to_the_declared_then_to_the_same_images(tmp_path):
-    facts = {"sop_merge3": {"derived_from": "sop", "source": None}, "sop": {"source": "sop"}}
-    counts, where = split_images("sop_merge3", facts, tmp_path)
+    datasets = {"sop_merge3": {"facts": {"derived_from": "sop", "source": None}}, "sop": {"facts": {"source": "sop"}}}
+    counts, where = split_images("sop_merge3", datasets, tmp_path)
     assert counts["train"] == 59_551 and "sop" in where
     assert split_images("vehicleid", {}, tmp_path)[0]["train"] == 110_178
+
+
+def _manifest(results, name, replica, train=12, test=8):
+    meta = results / "manifests" / name / "meta.json"
+    meta.parent.mkdir(parents=True, exist_ok=True)
+    meta.write_text(json.dumps({"replica": replica, "counts": {"train": {"images": train}, "test": {"images": test}}}))
+    return meta
+
+
+def _datasets(replica: bool) -> dict:
+    """The plan's datasets: cub, and sop with sop_merge3 derived from it, from replicas or the real files."""
+    return {"cub": {"facts": {}, "config": {"replica": replica}}, "sop": {"facts": {}, "config": {"replica": replica}},
+            "sop_merge3": {"facts": {"derived_from": "sop"}, "config": {"replica": False}}}
+
+
+def test_a_manifest_counts_only_when_prepared_from_the_configs_source(tmp_path):
+    meta = _manifest(tmp_path, "cub", replica=True)
+    merged = _manifest(tmp_path, "sop_merge3", replica=True)
+    # the config's real CUB: the demo's replica manifest is ignored, and the message says so
+    counts, where = split_images("cub", _datasets(replica=False), tmp_path)
+    assert counts == {"train": 5_864, "test": 5_924}
+    assert where == f"cub's declared counts (the replica manifest {meta} is not the config's source)"
+    counts, where = split_images("sop_merge3", _datasets(replica=False), tmp_path)
+    assert counts["train"] == 59_551 and str(merged) in where
+    # a config on replicas reads them; a derived dataset follows its base's source
+    assert split_images("cub", _datasets(replica=True), tmp_path) == ({"train": 12, "test": 8},
+                                                                     f"replica manifest {meta}")
+    assert split_images("sop_merge3", _datasets(replica=True), tmp_path)[0] == {"train": 12, "test": 8}
+    # a real manifest counts for a real config, not for one on replicas
+    real = _manifest(tmp_path, "cub", replica=False, train=5_864, test=5_924)
+    assert split_images("cub", _datasets(replica=False), tmp_path)[1] == f"manifest {real}"
+    assert "is not the config's source" in split_images("cub", _datasets(replica=True), tmp_path)[1]
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("{not json", "unreadable"),
+    ('{"replica": true}', "no 'counts'"),
+    ('{"replica": true, "counts": [1, 2]}', "no 'counts'"),
+    ('{"replica": true, "counts": {"train": {"n": 3}}}', "no 'counts'"),
+    ('{"replica": true, "counts": {"train": {"images": -3}}}', "counts: image counts are whole numbers >= 0"),
+    ('[1]', "no 'counts'"),
+])
+def test_a_manifest_whose_counts_cannot_be_read_names_its_meta_json(tmp_path, text, problem):
+    meta = _manifest(tmp_path, "cub", replica=True)
+    meta.write_text(text)
+    with pytest.raises(CountsError, match=rf"^{meta}: {problem}"):
+        split_images("cub", _datasets(replica=True), tmp_path)
 
 
 def test_an_unknown_gpu_kind_names_the_profiles_folder(profiles):
@@ -79,10 +127,50 @@ def test_a_backbone_missing_from_the_profile_is_an_error_naming_the_file(profile
         images_per_s(profile, "train", "vit_base", 224)
 
 
-def test_the_shipped_h100_profile_covers_every_backbone_of_config_yaml():
+@pytest.mark.parametrize("change, problem", [
+    ({"train": {"resnet50": {224: 0}}}, r"train.resnet50.224: 0 is not a positive number \(images/s\)"),
+    ({"train": {"resnet50": {224: -5}}}, r"train.resnet50.224: -5 is not a positive number"),
+    ({"inference": {"resnet50": {224: "fast"}}}, r"inference.resnet50.224: 'fast' is not a positive number"),
+    ({"inference": {"resnet50": {224: float("nan")}}}, r"inference.resnet50.224: nan is not a positive number"),
+    ({"train": {"resnet50": {}}}, r"train.resnet50: a non-empty mapping of positive numbers"),
+    ({"train": {"resnet50": {"big": 10}}}, r"train.resnet50: crop size 'big' is not a positive whole number"),
+    ({"train": ["resnet50"]}, r"train: a mapping \{backbone: \{crop size: images/s\}\}, not list"),
+    ({"amp_factor": {"fp16": 0}}, r"amp_factor.fp16: 0 is not a positive number \(a factor\)"),
+    ({"amp_factor": None}, r"amp_factor: a non-empty mapping"),
+])
+def test_a_malformed_profile_is_refused_naming_the_file_and_key(profiles, change, problem):
+    path = profiles / "toy.yaml"
+    path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), **change}))
+    with pytest.raises(ProfileError, match=rf"^{path}: {problem}"):
+        load_profile("toy", profiles)
+
+
+@pytest.mark.parametrize("text", ["", "- 1\n- 2\n", "just words\n"])
+def test_a_profile_that_is_not_a_mapping_is_refused_naming_the_file(profiles, text):
+    (profiles / "toy.yaml").write_text(text)
+    with pytest.raises(ProfileError, match=rf"^{profiles / 'toy.yaml'}: a throughput profile is a mapping"):
+        load_profile("toy", profiles)
+
+
+@pytest.fixture(scope="module")
+def paper_plan():
     from rankrepro.plan.build import plan_from_config
     from rankrepro.plan.schema import load_yaml
-    from rankrepro.plan.cost import PROFILES_DIR
 
-    cost = plan_cost(plan_from_config(load_yaml(PROFILES_DIR.parents[1] / "config.yaml")), "h100", "/nonexistent")
+    return plan_from_config(load_yaml(PROFILES_DIR.parents[1] / "config.yaml"))
+
+
+def test_the_shipped_h100_profile_covers_every_backbone_of_config_yaml(paper_plan):
+    cost = plan_cost(paper_plan, "h100", "/nonexistent")
     assert cost["total"]["gpu_h"] > 0 and not load_profile("h100")["measured"]
+
+
+def test_the_demos_replica_manifests_do_not_change_the_papers_estimate(paper_plan, tmp_path):
+    """After the demo (replica manifests of every dataset in results/), config.yaml's estimate is the one without
+    a results folder: a replica's counts never stand in for a real dataset's."""
+    for name in paper_plan["datasets"]:
+        _manifest(tmp_path, name, replica=True, train=40, test=20)
+    without = plan_cost(paper_plan, "h100", tmp_path / "nonexistent")
+    after_demo = plan_cost(paper_plan, "h100", tmp_path)
+    assert after_demo["total"] == without["total"] and after_demo["tables"] == without["tables"]
+    assert without["total"]["gpu_h"] > 1000  # the real datasets' figure, not the replicas' (about 1 GPU-h)

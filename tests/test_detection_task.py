@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from datautil import voc07_manifest
 from PIL import Image
 from torchvision.transforms.functional import to_tensor
 
-from rankrepro.data import datasets
 from rankrepro.data.datasets.voc import CLASSES
 from rankrepro.data.manifest import read_manifest
 from rankrepro.data.samplers import build_sampler
@@ -34,13 +34,8 @@ RAMBO_LOSS = {"name": "faster_rcnn", "classifier": "rambo_map"}
 
 @pytest.fixture(scope="module")
 def manifest_dir(tmp_path_factory):
-    """The voc07 replica downloaded and prepared (tests/test_voc.py's ``prepare``)."""
-    tmp = tmp_path_factory.mktemp("voc07")
-    voc07 = datasets.load("voc07")
-    voc07.write_replica(tmp / "replica")
-    record = voc07.download(tmp / "data", replica_dir=tmp / "replica")
-    voc07.prepare(record, tmp / "m", data_root=tmp / "data", replica=True)
-    return tmp / "m"
+    """The voc07 replica downloaded and prepared (:func:`datautil.voc07_manifest`)."""
+    return voc07_manifest(tmp_path_factory.mktemp("voc07"))
 
 
 # -------------------------------------------------------------------------------- VOCImages

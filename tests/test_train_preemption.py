@@ -1,9 +1,11 @@
 """A training stopped as SLURM stops one at its time limit resumes at the same step (rankrepro.engine.preemption).
 
 SLURM sends SIGTERM to every process of the job, then SIGKILL ``KillWait`` seconds later: the trainer saves a
-checkpoint at the next step and exits non-zero; the retry (the same command) resumes there, and its model and
-history equal those of a run trained straight through, bit for bit on CPU. Killed without warning (SIGKILL),
-it resumes from its last timed checkpoint, at most ``runtime.checkpoint_minutes`` old.
+checkpoint at the next step and exits non-zero; the retry (the same command) resumes there, and its model, loss
+state and history equal those of a run trained straight through, bit for bit on CPU. Killed without warning
+(SIGKILL), it resumes from its last timed checkpoint, at most ``runtime.checkpoint_minutes`` old. Both for every
+task (retrieval on a SOP replica, detection on the voc07 one), with 0 and 2 loader workers, stopped mid-epoch
+(tests/interrupted_training.py signals the job at a given step).
 """
 
 import csv
@@ -18,7 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from datautil import replica_archive
+from datautil import replica_archive, voc07_manifest
+from test_detection_task import tiny_run as tiny_detection_run
 from test_train import tiny_run
 
 from rankrepro.data import datasets
@@ -27,7 +30,8 @@ from rankrepro.engine.preemption import CheckpointTimer, EpochProgress, StopSign
 from rankrepro.record.runtime import TrainRuntime
 from rankrepro.torchfile import load_plain
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+TESTS = Path(__file__).resolve().parent
+SRC = TESTS.parent / "src"
 EPOCHS = 2
 #: seconds SLURM waits between SIGTERM and SIGKILL (its KillWait default is 30)
 KILL_WAIT = 20
@@ -121,10 +125,19 @@ def test_with_workers_each_batch_draws_the_same_numbers_whatever_the_workers_or_
     assert whole[0][1] != whole[1][1]
 
 
-# --- a real training in a subprocess, stopped as SLURM stops it --------------------------------------------------
+# --- a real training in a subprocess, stopped mid-epoch as SLURM stops it, for every task --------------------------
+
+#: every task's training case: its replica (a fixture below), the run and its batches per epoch; each case is
+#: stopped just before its STOP-th step, in the second epoch
+CASES = {
+    "retrieval": {"replica": "sop_replica", "run": lambda: tiny_run(epochs=EPOCHS), "batches": 30, "stop": 40},
+    "detection": {"replica": "voc_replica", "batches": 3, "stop": 5,
+                  "run": lambda: tiny_detection_run(epochs=EPOCHS, max_batches_per_epoch=None)},
+}
+
 
 @pytest.fixture(scope="module")
-def replica(tmp_path_factory):
+def sop_replica(tmp_path_factory):
     """A SOP replica with 30 batches of 16 images per epoch (60 training classes of 8 images)."""
     root = tmp_path_factory.mktemp("sop60")
     replica_archive("sop", root / "replica.zip", classes_per_super=5, images_per_class=(8, 8), image_size=16)
@@ -132,50 +145,46 @@ def replica(tmp_path_factory):
     return root / "manifest"
 
 
-def _run_json(folder: Path) -> Path:
+@pytest.fixture(scope="module")
+def voc_replica(tmp_path_factory):
+    """The voc07 replica: 3 batches of 2 images per epoch."""
+    return voc07_manifest(tmp_path_factory.mktemp("voc07"))
+
+
+def _run_json(folder: Path, task: str) -> Path:
     run_json = folder / "runs" / "r" / "run.json"
     run_json.parent.mkdir(parents=True)
-    run_json.write_text(json.dumps(tiny_run(epochs=EPOCHS)))
+    run_json.write_text(json.dumps(CASES[task]["run"]()))
     return run_json
 
 
-def _command(run_json: Path, manifest: Path, workers: int, minutes: float) -> list[str]:
-    return [sys.executable, "-m", "rankrepro", "train", "--run", str(run_json), "--manifest", str(manifest),
-            "--device", "cpu", "--threads", "1", "--no-progress", "--num-workers", str(workers),
-            "--checkpoint-minutes", str(minutes)]
+def _arguments(run_json: Path, manifest: Path, workers: int, minutes: float) -> list[str]:
+    return ["train", "--run", str(run_json), "--manifest", str(manifest), "--device", "cpu", "--threads", "1",
+            "--no-progress", "--num-workers", str(workers), "--checkpoint-minutes", str(minutes)]
 
 
 def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(SRC)}
+    return {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{TESTS}"}
 
 
 def _train(run_json, manifest, workers, minutes) -> subprocess.CompletedProcess:
-    done = subprocess.run(_command(run_json, manifest, workers, minutes), env=_env(), capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "rankrepro", *_arguments(run_json, manifest, workers, minutes)],
+                          env=_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
 
-def _start(run_json, manifest, workers, minutes) -> subprocess.Popen:
-    """The training as a job of its own: a new session, so that a signal reaches it and its workers."""
-    return subprocess.Popen(_command(run_json, manifest, workers, minutes), env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+def _interrupted(sent: str, step: int, run_json, manifest, workers, minutes) -> subprocess.CompletedProcess:
+    """The training as a job of its own (a new session), ``sent`` to all its processes before its ``step``-th
+    step (tests/interrupted_training.py)."""
+    return subprocess.run([sys.executable, str(TESTS / "interrupted_training.py"), sent, str(step),
+                           *_arguments(run_json, manifest, workers, minutes)], env=_env(), capture_output=True,
+                          text=True, timeout=600, start_new_session=True)
 
 
 def _checkpoint(run_json: Path) -> dict | None:
     path = run_json.parent / "checkpoint.pt"
     return load_plain(path, remedy="") if path.exists() else None
-
-
-def _wait_for_a_timed_checkpoint(proc, run_json) -> dict:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        state = _checkpoint(run_json)
-        if state is not None and state["partial"] is not None:
-            return state
-        time.sleep(0.05)
-    raise AssertionError("no timed checkpoint within 300 s")
 
 
 def _outcome(run_json: Path):
@@ -186,80 +195,81 @@ def _outcome(run_json: Path):
     return model["state_dict"], model["criterion"], history
 
 
-def _training_seconds(run_json: Path) -> float:
-    with open(run_json.parent / "history.csv") as f:
-        return sum(float(row["seconds"]) for row in csv.DictReader(f))
-
-
 def _assert_same(a, b):
     (weights_a, loss_a, history_a), (weights_b, loss_b, history_b) = a, b
     assert weights_a.keys() == weights_b.keys()
     assert all(torch.equal(weights_a[k], weights_b[k]) for k in weights_a)
-    assert all(torch.equal(loss_a[k], loss_b[k]) for k in loss_a)
+    assert loss_a.keys() == loss_b.keys() and all(_equal(loss_a[k], loss_b[k]) for k in loss_a)
     assert history_a == history_b and len(history_a) == EPOCHS
 
 
+def _equal(a, b) -> bool:
+    """Tensors, or nested lists and dicts of them (RaMBO's memory), equal bit for bit."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(_equal, a, b))
+    return a == b
+
+
 @pytest.fixture(scope="module")
-def straight(replica, tmp_path_factory):
-    """By workers: the outcome of a run trained without interruption (per-epoch checkpoints only), and its
-    training's seconds (the tests time their signals by it, whatever this machine's speed)."""
+def straight(request, tmp_path_factory):
+    """By task and workers: the outcome of a run trained without interruption (per-epoch checkpoints only)."""
     cache = {}
 
-    def outcome(workers: int):
-        if workers not in cache:
-            run_json = _run_json(tmp_path_factory.mktemp(f"straight{workers}"))
-            _train(run_json, replica, workers, minutes=0)
-            cache[workers] = _outcome(run_json), _training_seconds(run_json)
-        return cache[workers]
+    def outcome(task: str, workers: int):
+        if (task, workers) not in cache:
+            run_json = _run_json(tmp_path_factory.mktemp(f"straight-{task}{workers}"), task)
+            _train(run_json, request.getfixturevalue(CASES[task]["replica"]), workers, minutes=0)
+            cache[task, workers] = _outcome(run_json)
+        return cache[task, workers]
     return outcome
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_job_stopped_at_its_time_limit_resumes_on_retry_exactly(tmp_path, replica, straight, workers):
-    """SIGTERM to the job's processes mid-epoch; SIGKILL if still alive after KILL_WAIT s; then the retry."""
-    reference, seconds = straight(workers)
-    run_json, minutes = _run_json(tmp_path), seconds / 20 / 60  # frequent timed checkpoints: the training started
-    job = _start(run_json, replica, workers, minutes)
-    _wait_for_a_timed_checkpoint(job, run_json)
-    os.killpg(job.pid, signal.SIGTERM)
-    try:
-        _, stderr = job.communicate(timeout=KILL_WAIT)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate()
-        raise AssertionError(f"still running {KILL_WAIT} s after SIGTERM: SLURM would have killed it") from None
-    assert job.returncode == 1, stderr[-3000:]
-    stopped = re.search(r"stopped by SIGTERM at epoch (\d+) after (\d+) batches; saved .*checkpoint.pt", stderr)
-    assert stopped, stderr[-3000:]
+@pytest.mark.parametrize("task", list(CASES))
+def test_a_job_stopped_by_sigterm_mid_epoch_resumes_on_retry_exactly(request, tmp_path, straight, task, workers):
+    """SIGTERM to the job's processes in the second epoch (no timed checkpoints): the trainer saves after the step
+    it is in and exits 1 within SLURM's KillWait; the retry resumes there and ends bit-identical."""
+    case, run_json = CASES[task], _run_json(tmp_path, task)
+    replica = request.getfixturevalue(case["replica"])
+    job = _interrupted("SIGTERM", case["stop"], run_json, replica, workers, minutes=0)
+    job_ended = time.time()
+    assert job.returncode == 1, job.stderr[-3000:]
+    stopped = re.search(r"stopped by SIGTERM at epoch (\d+) after (\d+) batches; saved .*checkpoint.pt", job.stderr)
+    assert stopped, job.stderr[-3000:]
+    epoch, batches = divmod(case["stop"], case["batches"])
+    assert tuple(map(int, stopped.groups())) == (epoch + 1, batches) and 0 < batches
     partial = _checkpoint(run_json)["partial"]
-    assert (partial["epoch"] + 1, partial["batches"]) == tuple(map(int, stopped.groups()))
+    assert (partial["epoch"], partial["batches"]) == (epoch, batches)
     assert not (run_json.parent / "model.pt").exists()
+    sent_at = float(re.search(r"SIGTERM sent at ([\d.]+)", job.stderr).group(1))
+    assert job_ended - sent_at < KILL_WAIT, "SLURM would have killed it before it saved"
 
-    retry = _train(run_json, replica, workers, minutes)
-    assert f"at epoch {partial['epoch'] + 1} after its first {partial['batches']} batches" in retry.stderr
+    retry = _train(run_json, replica, workers, minutes=0)
+    assert f"at epoch {epoch + 1} after its first {batches} batches" in retry.stderr
     assert not (run_json.parent / "checkpoint.pt").exists()
-    _assert_same(_outcome(run_json), reference)
+    _assert_same(_outcome(run_json), straight(task, workers))
 
 
 @pytest.mark.slow
-def test_a_killed_job_resumes_from_its_last_timed_checkpoint_exactly(tmp_path, replica, straight):
-    """SIGKILL only (no chance to save): the retry resumes from a checkpoint at most the interval old."""
-    reference, seconds = straight(2)
-    run_json, interval = _run_json(tmp_path), seconds / 8
-    job = _start(run_json, replica, 2, minutes=interval / 60)
-    _wait_for_a_timed_checkpoint(job, run_json)
-    time.sleep(1.5 * interval)  # past the next timed checkpoint, about a third into the training
-    assert job.poll() is None, "the training ended before it could be killed"
-    os.killpg(job.pid, signal.SIGKILL)
-    killed_at = time.time()
-    job.communicate()
-    saved_at = (run_json.parent / "checkpoint.pt").stat().st_mtime
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("task", list(CASES))
+def test_a_killed_job_resumes_from_its_last_timed_checkpoint_exactly(request, tmp_path, straight, task, workers):
+    """SIGKILL to every process of the job (no chance to save) in the second epoch, with a timed checkpoint due
+    after every step: the retry resumes from the timer's last checkpoint, one step back, and ends bit-identical."""
+    case, run_json = CASES[task], _run_json(tmp_path, task)
+    replica = request.getfixturevalue(case["replica"])
+    every_step = 1e-9  # minutes: a timed checkpoint after every step
+    job = _interrupted("SIGKILL", case["stop"], run_json, replica, workers, minutes=every_step)
+    assert job.returncode == -signal.SIGKILL, job.stderr[-3000:]
+    epoch, batches = divmod(case["stop"] - 1, case["batches"])
     partial = _checkpoint(run_json)["partial"]
-    # lost: at most the interval, plus the step during which it fell due and the save (~0.1 s here)
-    assert killed_at - saved_at < interval + 1.0, (killed_at - saved_at, interval)
-    assert partial is None or partial["batches"] > 0
+    assert (partial["epoch"], partial["batches"]) == (epoch, batches) and 0 < batches
 
-    retry = _train(run_json, replica, 2, minutes=interval / 60)
-    assert "resuming r from" in retry.stderr
-    _assert_same(_outcome(run_json), reference)
+    retry = _train(run_json, replica, workers, minutes=every_step)
+    assert f"at epoch {epoch + 1} after its first {batches} batches" in retry.stderr
+    _assert_same(_outcome(run_json), straight(task, workers))

@@ -29,14 +29,14 @@ def add_plan(sub) -> None:
 
 def cmd_cost(args) -> None:
     from rankrepro.plan.build import plan_from_config
-    from rankrepro.plan.cost import ProfileError, plan_cost, to_text
+    from rankrepro.plan.cost import CountsError, ProfileError, plan_cost, to_text
     from rankrepro.plan.schema import PlanError, load_yaml
 
     try:
         config = load_yaml(Path(args.config))
         gpu = args.gpu or (config.get("cluster") or {}).get("gpu", "h100")
         cost = plan_cost(plan_from_config(config), gpu, args.results)
-    except (PlanError, ProfileError) as err:
+    except (PlanError, ProfileError, CountsError) as err:
         sys.exit(f"cost: {err}")
     print(json.dumps(cost, indent=1) if args.json else to_text(cost, per_run=args.runs), end="")
 

@@ -30,12 +30,22 @@ from rankrepro.engine.gpu_decode import EncodedImages, collate_encoded, decode_b
 from rankrepro.engine.preemption import ignore_stop_signal
 from rankrepro.record.runtime import TrainRuntime
 
-__all__ = ["TrainLoader", "epoch_base_seed"]
+__all__ = ["TrainLoader", "epoch_base_seed", "epoch_loader"]
 
 
 def epoch_base_seed(generator: torch.Generator) -> int:
     """The workers' base seed a ``DataLoader`` with ``generator`` draws when an iteration starts."""
     return torch.empty((), dtype=torch.int64).random_(generator=generator).item()
+
+
+def epoch_loader(items, batches, generator: torch.Generator, *, num_workers: int, persistent: bool = False,
+                 **options) -> DataLoader:
+    """A ``DataLoader`` of ``items`` over ``batches`` (a batch sampler) that draws its workers' base seed from
+    ``generator``, never from torch's global RNG: the global state a checkpoint holds is the same whether the
+    loader was started before it (a straight run) or after it (a resumed one). Its workers ignore SIGTERM."""
+    if num_workers > 0:
+        options.update(worker_init_fn=ignore_stop_signal, persistent_workers=persistent)
+    return DataLoader(items, batch_sampler=batches, generator=generator, num_workers=num_workers, **options)
 
 
 class _SeededItems(Dataset):
@@ -98,12 +108,11 @@ class TrainLoader:
                         "collate_fn": collate_encoded if runtime.gpu_decode else None}
         self.workers = num_workers > 0
         if self.workers:
-            self.options.update(prefetch_factor=runtime.prefetch_factor, worker_init_fn=ignore_stop_signal)
+            self.options.update(prefetch_factor=runtime.prefetch_factor)
             items = _SeededItems(items)
         self.items, self.batches = items, _EpochBatches(sampler)
         if self.persistent:
-            self.loader = DataLoader(items, batch_sampler=self.batches, persistent_workers=True,
-                                     generator=torch.Generator(), **self.options)
+            self.loader = epoch_loader(items, self.batches, torch.Generator(), persistent=True, **self.options)
 
     def epoch(self, generator: torch.Generator, skip: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The epoch's (images, labels) on the device, its first ``skip`` batches left out; ``generator``
@@ -114,7 +123,7 @@ class TrainLoader:
         if self.persistent:
             loader = self.loader
         else:
-            loader = DataLoader(self.items, batch_sampler=self.batches, generator=generator, **self.options)
+            loader = epoch_loader(self.items, self.batches, generator, **self.options)
         for images, labels, _ in loader:
             if self.gpu_transform is not None:
                 images = decode_batch(images, self.gpu_transform, self.device)

@@ -12,14 +12,17 @@ A run's estimate is training plus evaluation on one GPU of a kind (``--gpu``, de
 - evaluation images: the images of every split but the training split; evaluations: one (the run's
   ``evaluate`` job) plus, with ``eval.every``, one per epoch of its test curve
   (:func:`rankrepro.record.selection.curve_epochs`);
-- image counts, in order: the prepared manifest (``<results>/manifests/<dataset>/meta.json``), the dataset's
-  declared ``expected_counts``, :data:`PUBLISHED_IMAGES`, then those of the dataset it derives from or shares its
+- image counts, in order: the prepared manifest (``<results>/manifests/<dataset>/meta.json``) when it was prepared
+  from the source the config names -- a generated replica for ``replica: true`` (a derived dataset: its base's
+  setting), the real files otherwise: the demo's replica manifests never stand in for the real datasets of
+  ``config.yaml`` in the same results folder --, the dataset's declared ``expected_counts``, :data:`PUBLISHED_IMAGES`, then those of the dataset it derives from or shares its
   source with (merge3 relabels SOP's images, H-GLDv2 GLDv2's); a run whose training count is unknown (DyML) is
   listed as not estimated;
 - images/s: the GPU's throughput profile ``profiles/throughput/<gpu>.yaml`` (:func:`load_profile`: measured by
   ``python -m rankrepro bench train`` on that GPU, or assumed figures marked ``measured: false``) at the nearest
   listed crop size, scaled by pixels: ``ips(r) = ips(r0) x (r0 / r)^2``. A backbone missing from the profile is
-  an error naming the file (no guessed fallback).
+  an error naming the file (no guessed fallback). A profile's figures are positive numbers by positive crop sizes,
+  checked when it is read (:func:`load_profile`, naming the file and key).
 
 A table's figure sums its runs; a run shared by several tables counts in each table's figure, but once in its
 paper's and once in the total.
@@ -36,8 +39,8 @@ from rankrepro.record.tasks import throughput_network
 from rankrepro.io import load_yaml
 from rankrepro.plan.model import Plan
 
-__all__ = ["PROFILES_DIR", "ProfileError", "load_profile", "images_per_s", "split_images", "run_cost",
-           "plan_cost", "to_text"]
+__all__ = ["PROFILES_DIR", "CountsError", "ProfileError", "load_profile", "images_per_s", "split_images",
+           "run_cost", "plan_cost", "to_text"]
 
 PROFILES_DIR = Path(__file__).resolve().parents[3] / "profiles" / "throughput"
 
@@ -50,7 +53,11 @@ PUBLISHED_IMAGES = {
 
 
 class ProfileError(ValueError):
-    """A throughput profile that is missing, or lacks what an estimate needs; the message names the file."""
+    """A throughput profile that is missing, malformed, or lacks what an estimate needs; the message names the file."""
+
+
+class CountsError(ValueError):
+    """A prepared manifest whose image counts cannot be read; the message names its ``meta.json``."""
 
 
 def load_profile(gpu: str, profiles_dir: str | Path = PROFILES_DIR) -> dict:
@@ -63,10 +70,37 @@ def load_profile(gpu: str, profiles_dir: str | Path = PROFILES_DIR) -> dict:
                            f"{profiles_dir}: {', '.join(kinds) or '(none)'} (python -m rankrepro bench train on "
                            "that GPU writes one)")
     profile = load_yaml(path)
+    if not isinstance(profile, dict):
+        raise ProfileError(f"{path}: a throughput profile is a mapping (gpu, measured, amp_factor, train, inference), "
+                           f"not {type(profile).__name__}")
     for key in ("measured", "amp_factor", "train", "inference"):
         if key not in profile:
             raise ProfileError(f"{path}: no {key!r}")
+    _check_figures(path, "amp_factor", profile["amp_factor"])
+    for phase in ("train", "inference"):
+        if not isinstance(profile[phase], dict):
+            raise ProfileError(f"{path}: {phase}: a mapping {{backbone: {{crop size: images/s}}}}, not "
+                               f"{type(profile[phase]).__name__}")
+        for backbone, table in profile[phase].items():
+            _check_figures(path, f"{phase}.{backbone}", table, sizes=True)
     return {**profile, "path": str(path)}
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
+def _check_figures(path: Path, key: str, table, sizes: bool = False) -> None:
+    """``table`` (the profile's ``key``) a non-empty mapping of positive, finite numbers; with ``sizes``, keyed by
+    positive whole crop sizes."""
+    if not isinstance(table, dict) or not table:
+        raise ProfileError(f"{path}: {key}: a non-empty mapping of positive numbers, not {table!r:.80}")
+    for name, value in table.items():
+        if sizes and not (isinstance(name, int) and not isinstance(name, bool) and name > 0):
+            raise ProfileError(f"{path}: {key}: crop size {name!r:.40} is not a positive whole number of pixels")
+        if not _positive(value):
+            raise ProfileError(f"{path}: {key}.{name}: {value!r:.40} is not a positive number "
+                               f"({'images/s' if sizes else 'a factor'})")
 
 
 def images_per_s(profile: dict, phase: str, backbone: str, size: int, amp: str = "fp16") -> float:
@@ -91,14 +125,42 @@ def _declared(name: str) -> dict[str, int]:
     return {**out, **PUBLISHED_IMAGES.get(name, {})}
 
 
-def split_images(name: str, facts: dict[str, dict], results: str | Path = "results") -> tuple[dict[str, int], str]:
-    """``({split: images}, where from)`` of dataset ``name`` (``facts``: the plan's ``{dataset: facts}``,
-    for ``derived_from`` and ``source``); the order is the module docstring's."""
-    meta = Path(results) / "manifests" / name / "meta.json"
-    if meta.is_file():
+def config_replica(name: str, datasets: dict[str, dict]) -> bool:
+    """Whether the config takes dataset ``name`` from a generated replica (``datasets``: the plan's
+    ``{name: {"facts", "config"}}``); a derived dataset has its base's source."""
+    entry = datasets.get(name, {})
+    base = entry.get("facts", {}).get("derived_from")
+    return config_replica(base, datasets) if base else bool(entry.get("config", {}).get("replica", False))
+
+
+def manifest_counts(meta: Path) -> tuple[dict[str, int], bool]:
+    """``({split: images}, replica)`` of the prepared manifest whose ``meta.json`` is ``meta``."""
+    try:
         record = json.loads(meta.read_text())
-        kind = "replica manifest" if record.get("replica") else "manifest"
-        return {s: c["images"] for s, c in record["counts"].items()}, f"{kind} {meta}"
+        counts = {split: c["images"] for split, c in record["counts"].items()}
+    except (OSError, ValueError) as err:
+        raise CountsError(f"{meta}: unreadable ({err}); prepare the dataset again (delete its manifest folder)") \
+            from None
+    except (KeyError, TypeError, AttributeError):
+        raise CountsError(f"{meta}: no 'counts' of the form {{split: {{images: n}}}}; prepare the dataset again "
+                          "(delete its manifest folder)") from None
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts.values()):
+        raise CountsError(f"{meta}: counts: image counts are whole numbers >= 0")
+    return counts, bool(record.get("replica", False))
+
+
+def split_images(name: str, datasets: dict[str, dict], results: str | Path = "results") -> tuple[dict[str, int], str]:
+    """``({split: images}, where from)`` of dataset ``name`` (``datasets``: the plan's ``{name: {"facts",
+    "config"}}``, for ``derived_from``, ``source`` and the config's ``replica``); the order is the module
+    docstring's."""
+    facts = {n: d.get("facts", {}) for n, d in datasets.items()}
+    meta, ignored = Path(results) / "manifests" / name / "meta.json", ""
+    if meta.is_file():
+        counts, replica = manifest_counts(meta)
+        kind = "replica manifest" if replica else "manifest"
+        if replica == config_replica(name, datasets):
+            return counts, f"{kind} {meta}"
+        ignored = f" (the {kind} {meta} is not the config's source)"
     counts, where = _declared(name), f"{name}'s declared counts"
     fact = facts.get(name, {})
     kin = [fact.get("derived_from")] + [n for n, f in facts.items() if f.get("source") and
@@ -109,7 +171,7 @@ def split_images(name: str, facts: dict[str, dict], results: str | Path = "resul
         more = _declared(other)
         if "train" in more:
             counts, where = {**more, **counts}, f"{other}'s declared counts (the same images)"
-    return counts, where
+    return counts, where + ignored
 
 
 def run_cost(run: dict, profile: dict, counts: dict[str, int], other_counts: tuple[dict[str, int], ...] = ()) -> dict:
@@ -150,8 +212,7 @@ def plan_cost(plan: Plan | dict, gpu: str = "h100", results: str | Path = "resul
     """Every run's, table's and paper's estimate on ``gpu`` and the total (each run once; module docstring)."""
     plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
     profile = load_profile(gpu, profiles_dir)
-    facts = {name: d.get("facts", {}) for name, d in plan.datasets.items()}
-    counts = {name: split_images(name, facts, results)
+    counts = {name: split_images(name, plan.datasets, results)
               for name in {d for r in plan.runs.values() for d in (r["dataset"], *r["eval"].get("datasets", []))}}
     runs = {rid: {**run_cost(run, profile, counts[run["dataset"]][0],
                              tuple(counts[d][0] for d in run["eval"].get("datasets", []))),

@@ -16,7 +16,8 @@ test curve, ``eval.every``, as it goes) and evaluates it at the end with ``runti
 
 ``train_h`` and one evaluation (``eval_h / evaluations``) are :func:`rankrepro.plan.cost.run_cost`'s, on the
 throughput profile of ``cluster.gpu`` with :func:`~rankrepro.plan.cost.split_images`'s image counts (the prepared
-manifest's, else the declared ones): the figures ``python -m rankrepro cost --runs`` prints. A batch sums its
+manifest's when it was prepared from the config's source -- never the demo's replicas for real datasets --, else
+the declared ones; a manifest without readable counts is a :class:`PlanError` naming it): the figures ``python -m rankrepro cost --runs`` prints. A batch sums its
 runs' hours. A run without an estimate (no image count: DyML before it is prepared; a backbone the profile lacks:
 the demo's ``resnet_tiny``) asks for ``runtime_max``, and so does a batch holding one.
 
@@ -53,7 +54,7 @@ from pathlib import Path
 
 from rankrepro.record.runtime import TrainRuntime
 from rankrepro.record.selection import curve_epochs
-from rankrepro.plan.cost import PROFILES_DIR, ProfileError, load_profile, run_cost, split_images
+from rankrepro.plan.cost import PROFILES_DIR, CountsError, ProfileError, load_profile, run_cost, split_images
 from rankrepro.plan.model import Plan
 from rankrepro.plan.schema import PlanError, fill_schema_defaults, load_schema, validate
 
@@ -120,7 +121,6 @@ class ClusterResources:
             self.profile = load_profile(self.settings["gpu"], profiles_dir)
         except ProfileError as err:
             raise PlanError(f"cluster.gpu: {err}") from None
-        self._facts = {name: entry.get("facts", {}) for name, entry in plan.datasets.items()}
         self._counts: dict[tuple[str, bool], dict[str, int]] = {}
 
     # -- caps ----------------------------------------------------------------------------------------
@@ -142,7 +142,10 @@ class ClusterResources:
         manifest is prepared."""
         key = (dataset, (Path(self.results) / "manifests" / dataset / "meta.json").is_file())
         if key not in self._counts:
-            self._counts[key] = split_images(dataset, self._facts, self.results)[0]
+            try:
+                self._counts[key] = split_images(dataset, self.plan.datasets, self.results)[0]
+            except CountsError as err:
+                raise PlanError(f"{err} (its image counts size the jobs' runtime and memory)") from None
         return self._counts[key]
 
     def estimate(self, run_id: str) -> dict | None:

@@ -8,7 +8,9 @@ Registered in :data:`rankrepro.engine.tasks.TASKS` (:class:`DetectionTask`); it 
 with its ``loss`` (``faster_rcnn``, :class:`rankrepro.losses.detection.FasterRCNNLoss`) in the RoI heads; the
 optimizer groups and schedule of :mod:`rankrepro.engine.optim` (a ``net`` group: every trainable parameter);
 batches of the ``shuffle`` sampler; each image flipped horizontally with probability 0.5 (mmdetection's
-``flip_ratio=0.5``), the flips drawn with the epoch's order so that a resumed run sees the same batches. Training
+``flip_ratio=0.5``), the flips drawn with the epoch's order so that a resumed run sees the same batches; the
+loader draws from the epoch's own generator, never torch's global RNG, so that a run resumed mid-epoch equals one
+trained straight through (:func:`~rankrepro.engine.loader.epoch_loader`). Training
 targets are the non-difficult objects (mmdetection v1 puts difficult boxes in ``gt_bboxes_ignore``, which its
 assigner ignores), boxes converted from VOC's 1-based inclusive pixels to torchvision's continuous coordinates
 (:func:`~rankrepro.metrics.detection.from_voc_convention`), labels 1..20 (0: background). The loss is the sum of
@@ -34,7 +36,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader
 from torchvision.transforms.functional import to_tensor
 from tqdm import tqdm
 
@@ -42,6 +43,7 @@ from rankrepro import losses
 from rankrepro.data.manifest import read_manifest
 from rankrepro.data.samplers import build_sampler
 from rankrepro.device import resolve_device
+from rankrepro.engine.loader import epoch_loader
 from rankrepro.engine.model_file import load_model
 from rankrepro.engine.tasks import TASKS
 from rankrepro.engine.tasks.base import Parts, Task
@@ -86,10 +88,11 @@ def _collate(items):
     return [image for image, _ in items], [target for _, target in items]
 
 
-def _batches(dataset, batches: list[list[int]], flips: np.ndarray, num_workers: int):
-    """The images and targets of ``batches`` (lists of indexes), each image flipped where ``flips`` says."""
-    return DataLoader(dataset, batch_sampler=[[(i, bool(flips[i])) for i in batch] for batch in batches],
-                      num_workers=num_workers, collate_fn=_collate)
+def _batches(dataset, batches: list[list[int]], flips: np.ndarray, num_workers: int, seed: int = 0):
+    """The images and targets of ``batches`` (lists of indexes), each image flipped where ``flips`` says; the
+    loader's own draws come from a generator seeded with ``seed`` (:func:`~rankrepro.engine.loader.epoch_loader`)."""
+    return epoch_loader(dataset, [[(i, bool(flips[i])) for i in batch] for batch in batches],
+                        torch.Generator().manual_seed(seed), num_workers=num_workers, collate_fn=_collate)
 
 
 @torch.no_grad()
@@ -152,7 +155,8 @@ class DetectionTask(Task):
 
     def batches(self, position, cap):
         flips = np.random.default_rng(position.seed).random(len(self.dataset)) < 0.5
-        return _batches(self.dataset, list(self.sampler)[:cap or None][position.batches:], flips, self.num_workers)
+        return _batches(self.dataset, list(self.sampler)[:cap or None][position.batches:], flips, self.num_workers,
+                        position.seed)
 
     def step(self, batch):
         images, targets = batch
