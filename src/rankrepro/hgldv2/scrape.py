@@ -45,7 +45,6 @@ written at the end.
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import json
 import math
@@ -63,6 +62,7 @@ from tqdm import tqdm
 from rankrepro import __version__
 from rankrepro.hgldv2.answers import answer_problem
 from rankrepro.io import atomic_path, atomic_write_json, atomic_write_text
+from rankrepro.retry_after import parse_retry_after
 
 COMMONS_API = "https://commons.wikimedia.org/w/api.php"
 WIKIDATA_API = "https://www.wikidata.org/w/api.php"
@@ -237,19 +237,6 @@ class ApiClient:
         self.stats.waited_s += seconds
         if attempt < self.max_retries:
             self.sleep(seconds)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    if value is None or not value.strip():
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 # -- inputs -----------------------------------------------------------------------------------------
