@@ -1,5 +1,6 @@
-"""The datasets' text files (lists, CSVs, JSON) go through one UTF-8 reader: a byte that is not UTF-8
-is an error naming the file, the line and the byte's position, never a bare UnicodeDecodeError."""
+"""The datasets' text files (lists, CSVs, JSON, checksum files; the GLDv2 CSVs H-GLDv2 reads) go through one
+UTF-8 reader: a byte that is not UTF-8 is an error naming the file, the line and the byte's position, never
+a bare UnicodeDecodeError."""
 
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,6 +14,8 @@ from rankrepro.data.datasets import cars, cub, dyml, gldv2, gldv2_ground_truth, 
 from rankrepro.data.datasets import vggface2
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.text_files import TextEncodingError, read_lines, read_text, text_stream
+from rankrepro.hgldv2 import scrape
+from rankrepro.io import read_csv_columns
 
 #: line 2 holds a Latin-1 "é" (0xe9): byte 4 of the line, byte 16 of the file (1-based counts)
 LATIN1 = b"header line\nJos\xe9 Mourinho\n"
@@ -77,6 +80,11 @@ READERS = {
     "voc": ("VOC2007/ImageSets/Main/trainval.txt", lambda root: datasets.load("voc07").read_table(root)),
     "gldv2": (gldv2.TRAIN_CLEAN, lambda root: gldv2.read_csv(root / gldv2.TRAIN_CLEAN, gldv2.TRAIN_CLEAN)),
     "gldv2 ground truth": ("sol.csv", _ground_truth),
+    "replica sha256": ("a.zip.sha256", lambda root: checksums.stated_checksum(root / "a.zip")),
+    "gldv2 categories (h-gldv2 scrape)": ("train_label_to_category.csv",
+                                          lambda root: scrape.read_categories({"train": root / "train_label_to_category.csv"})),
+    "gldv2 hierarchy (h-gldv2 compare)": ("train_label_to_hierarchical.csv",
+                                          lambda root: read_csv_columns(root / "train_label_to_hierarchical.csv", [])),
     "md5 file": ("md5.images_000.txt", lambda root: Dataset.expected_checksum(
         SourceFile("images_000.tar", checksum_file="md5.images_000.txt"), root, checksums.ChecksumLock(root / "lock"))),
 }

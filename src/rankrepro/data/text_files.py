@@ -1,5 +1,5 @@
-"""The one reader of the datasets' text files (image lists, CSVs, JSON): UTF-8, or an error that says
-where it is not.
+"""The one reader of the datasets' text files (image lists, CSVs, JSON, checksum files; the GLDv2 CSVs
+H-GLDv2 reads): UTF-8, or an error that says where it is not.
 
 Every such file of the datasets is UTF-8 text (most are plain ASCII; VGGFace2's ``identity_meta.csv``
 and the GLDv2 CSVs hold non-ASCII names, read as UTF-8 as public loaders of the releases read them).

@@ -60,6 +60,7 @@ import requests
 from tqdm import tqdm
 
 from rankrepro import __version__
+from rankrepro.data.text_files import text_stream
 from rankrepro.hgldv2.answers import answer_problem
 from rankrepro.io import atomic_path, atomic_write_json, atomic_write_text
 from rankrepro.retry_after import parse_retry_after
@@ -259,7 +260,7 @@ def read_categories(files: dict[str, str | Path]) -> pd.DataFrame:
         file = Path(file)
         if not file.is_file():
             raise FileNotFoundError(f"{file}: missing (the GLDv2 {split} landmark -> Commons category map)")
-        table = pd.read_csv(file, dtype=str, keep_default_na=False)
+        table = pd.read_csv(text_stream(file), dtype=str, keep_default_na=False)
         missing = [c for c in ("landmark_id", "category") if c not in table.columns]
         if missing:
             raise ValueError(f"{file}: header {list(table.columns)} lacks {missing}")
