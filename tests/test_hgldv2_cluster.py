@@ -200,3 +200,15 @@ def test_prompts_with_one_placeholder_and_literal_braces_are_allowed(tiny):
         cluster.check_prompt(prompt)
     np.testing.assert_array_equal(cluster.encode_names(["lake"], model, tokenizer, prompt="{{x}} {}"),
                                   cluster.encode_names(["{x} lake"], model, tokenizer))
+
+
+def test_review_md_escapes_scraped_names():
+    name = "Bad|name <img src=x onerror=alert(1)> & [link](http://e) `code`\nnext row\r\nend"
+    shown = r"Bad\|name &lt;img src=x onerror=alert(1)&gt; &amp; \[link\](http://e) \`code\` next row end"
+    table = pd.DataFrame({"name": [name, "lake"], "landmarks": [2, 1], "cluster": [0, 0], "similarity": [0.9, 0.8]})
+    info = {"names": 2, "model": "m", "pretrained": None, "prompt": "{}", "k": 1, "seed": 0, "niter": 1, "nredo": 1,
+            "fingerprint": "abc"}
+    review = cluster._review(table, info, nearest=2)
+    assert f"- 0.900000 · 2 · {shown}\n" in review
+    assert f"All names: {shown}, lake\n" in review
+    assert "<img" not in review and "\nnext row" not in review

@@ -2,6 +2,7 @@
 precedence, the release-format CSVs of a tiny case, and a curation seeded from a tiny release."""
 
 import json
+import re
 import textwrap
 
 import pytest
@@ -188,7 +189,7 @@ def test_run_curate_by_hand(tmp_path):
     assert info["rules"] == {"names": 4, "names_unused": 0, "clusters": 2}
     assert json.loads((tmp_path / "labels" / "curate.json").read_text()) == info
     md = (tmp_path / "labels" / "curate.md").read_text()
-    assert "| `mystery thing` | 1 | 1 | 0 |" in md and "| train | 4 | 2 | 1 | 1 |" in md
+    assert "| mystery thing | 1 | 1 | 0 |" in md and "| train | 4 | 2 | 1 | 1 |" in md
     assert sorted(p.name for p in (tmp_path / "labels").iterdir()) == [  # atomic: no temporary file left
         "curate.json", "curate.md", "index_label_to_hierarchical.csv", "train_label_to_hierarchical.csv"]
 
@@ -276,3 +277,23 @@ def test_seed_curation_one_file_missing_errors_and_odd_names(tmp_path):
         curate.seed_curation(rel, tmp_path / "s.yaml")
     with pytest.raises(FileNotFoundError, match="train_label_to_hierarchical.csv"):
         curate.seed_curation(tmp_path / "nowhere", tmp_path / "s.yaml")
+
+
+HOSTILE = "Bad|name <img src=x onerror=alert(1)> & [link](http://e) `code`\nnext row\r\nend"
+HOSTILE_MD = r"Bad\|name &lt;img src=x onerror=alert(1)&gt; &amp; \[link\](http://e) \`code\` next row end"
+
+
+def test_curate_md_escapes_scraped_names_in_its_table_cells():
+    info = {"names": {"total": 1, "name": 0, "cluster": 0, "dropped": 0, "unmapped": 1},
+            "inputs": {"curation": "c.yaml", "landmarks": "l.csv", "cluster_fingerprint": None},
+            "splits": {"train": {"landmarks": 1, "labelled": 0, "unmapped": 1, "dropped": 0}},
+            "rules": {"names": 0, "names_unused": 0},
+            "supercategories": {"a|b": {"group": "<g>", "train": 0, "index": 0}}, "groups": {"<g>": {"train": 0, "index": 0}},
+            "unmapped": [{"name": HOSTILE, "landmarks": 1, "train": 1, "index": 0}]}
+    md = curate.render(info)
+    assert f"| {HOSTILE_MD} | 1 | 1 | 0 |\n" in md
+    assert "| a\\|b | &lt;g&gt; | 0 | 0 |\n" in md and "| **&lt;g&gt;** | | 0 | 0 |\n" in md
+    assert "<" not in md
+    for line in md.splitlines():  # every table row keeps its 4 or 5 cells: unescaped pipes only between cells
+        if line.startswith("|"):
+            assert len(re.findall(r"(?<!\\)\|", line)) in (5, 6), line

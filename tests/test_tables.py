@@ -374,3 +374,10 @@ def test_a_last_epoch_table_shows_the_best_epoch_where_a_curve_found_better(tmp_
     assert "| Method | G R@1 paper | G R@1 ours | G R@1 Δ | G R@1 best |" in md
     assert "| A | 81.0 | 79.0 ± 1.4 | -2.0 | 83.0 ± 1.4 |" in md
     assert "Ours: last epoch; best: the best epoch on the test set (highest test R@1)" in md
+
+
+def test_md_text_shows_outside_text_verbatim_by_hand():
+    from rankrepro.tables.formats import md_text
+    assert md_text("a|b <i>&</i> [x](y) `c` *d* _e_ ~f~ \\ g\nh\r\ni\rj") == \
+        r"a\|b &lt;i&gt;&amp;&lt;/i&gt; \[x\](y) \`c\` \*d\* \_e\_ \~f\~ \\ g h i j"
+    assert md_text("Notre-Dame de Paris") == "Notre-Dame de Paris"

@@ -92,13 +92,15 @@ def csv_text(header, rows) -> str:
 
 def read_csv_columns(path: str | Path, columns):
     """``path`` as a pandas DataFrame of strings ("" for empty cells); an error naming the file when it is
-    missing or lacks one of ``columns``."""
+    missing, not UTF-8 (:mod:`rankrepro.data.text_files`) or lacks one of ``columns``."""
     import pandas as pd
+
+    from rankrepro.data.text_files import text_stream
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    df = pd.read_csv(text_stream(path), dtype=str, keep_default_na=False)
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing}")

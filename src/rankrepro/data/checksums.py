@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rankrepro.data.errors import ChecksumError
+from rankrepro.data.text_files import read_text
 from rankrepro.io import atomic_write_json
 
 __all__ = ["ALGOS", "VERIFIED_SUFFIX", "STATED_SUFFIX", "parse_checksum", "file_digest", "verify", "record_verified",
@@ -87,7 +88,7 @@ def stated_checksum(path: str | Path) -> str | None:
     stated = Path(f"{path}{STATED_SUFFIX}")
     if not stated.is_file():
         return None
-    text = stated.read_text().strip()
+    text = read_text(stated).strip()
     fields = text.split()
     digest = fields[0].lower().removeprefix("sha256:") if fields else ""
     name = fields[1].lstrip("*") if len(fields) == 2 else Path(path).name

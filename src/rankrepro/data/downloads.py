@@ -2,15 +2,16 @@
 
 A download is complete only once its checksum matches (:mod:`rankrepro.data.checksums`); until
 then it lives in ``<dest>.part`` and nothing exists at ``dest``. Every byte received is kept: a
-dropped connection resumes from the end of ``<dest>.part`` (HTTP Range). Transient failures are
-retried with backoff (honouring Retry-After); what outlives the retries is a
-:class:`~rankrepro.data.errors.DownloadError`. Processes downloading the same ``dest`` take turns
+dropped connection resumes from the end of ``<dest>.part`` (HTTP Range); a failure leaves a ``.part``
+only when it holds bytes to resume from. Transient failures are retried with backoff; a 429 or 503's
+``Retry-After`` (seconds or an HTTP-date, :mod:`rankrepro.retry_after`) replaces the backoff, capped
+at :data:`RETRY_AFTER_CAP_S`, and one that is neither form is ignored. What outlives the retries is a
+:class:`~rankrepro.data.errors.DownloadError` naming the URL. Processes downloading the same ``dest`` take turns
 on an exclusive ``flock`` of ``<dest>.part``; one that waited finds ``dest`` complete and returns it.
 """
 
 from __future__ import annotations
 
-import email.utils
 import os
 import sys
 import time
@@ -28,12 +29,13 @@ from tqdm import tqdm
 from rankrepro import __version__
 from rankrepro.data import checksums
 from rankrepro.data.errors import ChecksumError, DownloadError
+from rankrepro.retry_after import parse_retry_after
 
 __all__ = ["download", "BACKOFF_S", "RETRY_AFTER_CAP_S", "HEADERS"]
 
 
 BACKOFF_S = 0.25  # first retry delay; doubles with each further retry
-RETRY_AFTER_CAP_S = 5.0  # longest Retry-After wait honoured
+RETRY_AFTER_CAP_S = 60.0  # longest Retry-After wait honoured (a server may ask for hours)
 HEADERS = {"Accept-Encoding": "identity", "User-Agent": f"rankrepro/{__version__}"}
 
 
@@ -91,7 +93,7 @@ def download(
             return dest
         try:
             _fetch_with_retries(url, part, retries, timeout, chunk_size, progress)
-        except DownloadError:
+        except BaseException:  # bytes received stay to resume from; an empty .part is no state
             _remove_if_empty(part)
             raise
         hint = _html_hint(part)
@@ -240,16 +242,12 @@ def _range_start(resp: requests.Response) -> int:
 
 
 def _retry_after(resp: requests.Response) -> float | None:
-    """The Retry-After delay in seconds (numeric or HTTP date), capped; None if absent."""
-    value = resp.headers.get("Retry-After")
-    if value is None or resp.status_code not in (429, 503):
+    """The delay in seconds a 429 or 503 asks for (:func:`~rankrepro.retry_after.parse_retry_after`),
+    at most :data:`RETRY_AFTER_CAP_S`; None when there is no usable hint (then: the backoff)."""
+    if resp.status_code not in (429, 503):
         return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        when = email.utils.parsedate_to_datetime(value) if value else None
-        seconds = when.timestamp() - time.time() if when else 0.0
-    return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
+    seconds = parse_retry_after(resp.headers.get("Retry-After"))
+    return None if seconds is None else min(seconds, RETRY_AFTER_CAP_S)
 
 
 def _html_hint(path: Path) -> str:

@@ -27,7 +27,8 @@ prompt and no k, so this module fixes one deterministic, documented definition:
 
 Outputs (``cluster/``): ``names.csv`` (``name,landmarks,cluster,similarity``; by cluster, then
 similarity descending, then name), ``embeddings.npy`` (row i = names.csv row i), ``review.md`` (one
-section per cluster, for the manual curation) and ``cluster.json``, written last. Its
+section per cluster, for the manual curation; the names escaped by :func:`~rankrepro.tables.formats.md_text`,
+so no markup in a scraped name takes effect) and ``cluster.json``, written last. Its
 ``fingerprint`` hashes the settings and the name set (not the checkpoint's bytes); the curation
 file copies it as ``cluster_fingerprint`` so a curation never silently applies to other clusters.
 """
@@ -46,6 +47,7 @@ import pandas as pd
 
 from rankrepro.hgldv2.prompt import check_prompt
 from rankrepro.io import atomic_path, atomic_write_json, atomic_write_text
+from rankrepro.tables.formats import md_text
 
 TINY_MODEL = "rankrepro-tiny"
 TINY_CONFIG = {
@@ -175,13 +177,15 @@ def _review(table: pd.DataFrame, info: dict, nearest: int) -> str:
          "names to theirs. Copy this line into the curation file, so that it only ever applies to these "
          "clusters:"), "",
         f"    cluster_fingerprint: \"{info['fingerprint']}\"", "",
+        ("The names below are escaped for Markdown (`&amp;` is `&`, `\\|` is `|`): copy a name from the rendered "
+         "page or from `names.csv`."), "",
     ]
     for c, group in table.groupby("cluster", sort=True):
         lines += [f"## Cluster {c} — {len(group)} names, {int(group['landmarks'].sum())} landmarks", "",
                   "Nearest the centroid (similarity, landmarks, name):", ""]
-        lines += [f"- {s:.6f} · {n} · {name}" for name, n, s in
+        lines += [f"- {s:.6f} · {n} · {md_text(name)}" for name, n, s in
                   group[["name", "landmarks", "similarity"]].head(nearest).itertuples(index=False)]
-        lines += ["", "All names: " + ", ".join(group["name"]), ""]
+        lines += ["", "All names: " + ", ".join(md_text(name) for name in group["name"]), ""]
     return "\n".join(lines)
 
 

@@ -21,7 +21,8 @@ supercategories", each natural or human-made. Here that manual step is a checked
   integer ``landmark_id``, columns ``landmark_id,category,supercategory,hierarchical_label,
   natural_or_human_made`` (``supercategory`` = the scraped name verbatim). ``curate.md`` /
   ``curate.json`` (written last): per split labelled / unmapped / dropped, per supercategory counts,
-  the unmapped names by landmark count (what to curate next), names matched by name vs cluster rule.
+  the unmapped names by landmark count (what to curate next), names matched by name vs cluster rule;
+  ``curate.md`` escapes every name (:func:`~rankrepro.tables.formats.md_text`).
 
 :func:`seed_curation` writes a curation file from the official release: per scraped name
 (normalised; train and index rows together, rows with a non-empty ``hierarchical_label``) the
@@ -48,6 +49,7 @@ from rankrepro.io import (
     load_yaml,
     read_csv_columns,
 )
+from rankrepro.tables.formats import md_text
 
 SUPERCATEGORIES_FILE = Path(__file__).with_name("supercategories.yaml")
 CURATION_FILE = Path(__file__).with_name("curation.yaml")
@@ -268,7 +270,8 @@ def run_curate(landmarks_csv, cluster_dir, curation_file, out_dir, *,
 
 
 def render(info: dict, top: int = 50) -> str:
-    """curate.md: the counts of :func:`run_curate` as Markdown tables."""
+    """curate.md: the counts of :func:`run_curate` as Markdown tables; names and groups escaped
+    (:func:`~rankrepro.tables.formats.md_text`: no markup of a scraped name takes effect)."""
     n, inputs = info["names"], info["inputs"]
     lines = ["# H-GLDv2 curation", "", (f"Curation file `{inputs['curation']}`, landmarks `{inputs['landmarks']}`, "
                                          f"clustering fingerprint `{inputs['cluster_fingerprint']}`."), "",
@@ -280,11 +283,12 @@ def render(info: dict, top: int = 50) -> str:
                    f"{info['rules']['names_unused']} of the {info['rules']['names']} name rules matched no "
                    "landmark."), "",
               "| supercategory | group | train | index |", "|---|---|---:|---:|"]
-    lines += [f"| `{s}` | {v['group']} | {v['train']} | {v['index']} |" for s, v in info["supercategories"].items()]
-    lines += [f"| **{g}** | | {v['train']} | {v['index']} |" for g, v in info["groups"].items()]
+    lines += [f"| {md_text(s)} | {md_text(v['group'])} | {v['train']} | {v['index']} |"
+              for s, v in info["supercategories"].items()]
+    lines += [f"| **{md_text(g)}** | | {v['train']} | {v['index']} |" for g, v in info["groups"].items()]
     lines += ["", f"## Unmapped names (top {top} of {len(info['unmapped'])}, most landmarks first)", "",
               "| name | landmarks | train | index |", "|---|---:|---:|---:|"]
-    lines += [f"| `{u['name']}` | {u['landmarks']} | {u['train']} | {u['index']} |" for u in info["unmapped"][:top]]
+    lines += [f"| {md_text(u['name'])} | {u['landmarks']} | {u['train']} | {u['index']} |" for u in info["unmapped"][:top]]
     return "\n".join(lines) + "\n"
 
 

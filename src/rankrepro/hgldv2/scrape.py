@@ -45,7 +45,6 @@ written at the end.
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import json
 import math
@@ -61,8 +60,10 @@ import requests
 from tqdm import tqdm
 
 from rankrepro import __version__
+from rankrepro.data.text_files import text_stream
 from rankrepro.hgldv2.answers import answer_problem
 from rankrepro.io import atomic_path, atomic_write_json, atomic_write_text
+from rankrepro.retry_after import parse_retry_after
 
 COMMONS_API = "https://commons.wikimedia.org/w/api.php"
 WIKIDATA_API = "https://www.wikidata.org/w/api.php"
@@ -239,19 +240,6 @@ class ApiClient:
             self.sleep(seconds)
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    if value is None or not value.strip():
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 # -- inputs -----------------------------------------------------------------------------------------
 
 def category_title(url: str) -> str | None:
@@ -272,7 +260,7 @@ def read_categories(files: dict[str, str | Path]) -> pd.DataFrame:
         file = Path(file)
         if not file.is_file():
             raise FileNotFoundError(f"{file}: missing (the GLDv2 {split} landmark -> Commons category map)")
-        table = pd.read_csv(file, dtype=str, keep_default_na=False)
+        table = pd.read_csv(text_stream(file), dtype=str, keep_default_na=False)
         missing = [c for c in ("landmark_id", "category") if c not in table.columns]
         if missing:
             raise ValueError(f"{file}: header {list(table.columns)} lacks {missing}")

@@ -4,7 +4,8 @@ Text from a spec (captions, methods, headers, a static table's cells) is escaped
 format it is written to: in a Markdown table cell a ``|`` is ``\\|`` (:func:`md_cell`), in
 LaTeX the special characters are escaped and the Unicode symbols pdflatex's utf8 input does
 not know are set as math (:func:`tex_escape`; :func:`tex_text` keeps ``$...$`` math), in HTML
-through :func:`html.escape` (:func:`html_text`).
+through :func:`html.escape` (:func:`html_text`). Text from outside (a scraped name) is shown verbatim in
+Markdown through :func:`md_text`: no markup of it takes effect.
 """
 
 from __future__ import annotations
@@ -41,6 +42,19 @@ def paper_number(value: float | None, decimals: int = 1) -> str:
 def md_cell(text: str) -> str:
     """A cell of a Markdown pipe table: as given, its pipes escaped (``|P|`` -> ``\\|P\\|``)."""
     return text.replace("|", "\\|")
+
+
+#: what :func:`md_text` backslash-escapes: the backslash itself, code, emphasis, strikethrough, link brackets, pipes
+_MD_PUNCTUATION = re.compile(r"([\\`*_~\[\]|])")
+_LINE_ENDS = re.compile(r"\r\n|\r|\n")
+
+
+def md_text(text: str) -> str:
+    """Text from outside (a scraped name) that Markdown shows verbatim inside a line or a table cell:
+    each line end (LF, CR LF, CR) -> a space; ``\\ ` * _ ~ [ ] |`` backslash-escaped; ``&``, ``<``,
+    ``>`` as HTML entities (no HTML of it renders). Already a cell: not for :func:`md_cell` /
+    :func:`md_row`, which would escape its pipes again. Not for the start of a line (``#``, ``-``)."""
+    return html.escape(_MD_PUNCTUATION.sub(r"\\\1", _LINE_ENDS.sub(" ", str(text))), quote=False)
 
 
 def md_row(cells: list[str]) -> str:

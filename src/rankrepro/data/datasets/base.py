@@ -19,6 +19,10 @@ checks, writing the manifest) lives here::
         def read_table(self, root): ...                  # -> path, split, label[, level_1 ...]
         def make_replica(self, out_dir, **options): ...  # writes every source file, returns their names
 
+:meth:`Dataset.read_table` reads the dataset's text files (lists, CSVs, JSON) through
+:mod:`rankrepro.data.text_files` (``read_lines``, ``read_text``, ``text_stream`` for ``csv`` and
+pandas): UTF-8, and an error naming the file, line and bytes where a file is not.
+
 Where things go (``<source>`` is :attr:`Dataset.source`, the dataset's name unless
 several datasets share their files, as ``inat``/``inat_base``/``inat_full`` do):
 
@@ -52,6 +56,7 @@ import pandas as pd
 from rankrepro.data import archives, checksums, downloads, errors, sources
 from rankrepro.data.manifest import MANIFEST_CSV, META_JSON, Manifest, level_columns, read_manifest, write_manifest
 from rankrepro.data.paths import leaves_root
+from rankrepro.data.text_files import read_text
 from rankrepro.io import atomic_write_json
 
 DOWNLOAD_RECORD = "download.json"
@@ -291,7 +296,7 @@ class Dataset:
             return f.checksum
         if f.checksum_file:
             path = folder / f.checksum_file
-            text = path.read_text().split() if path.is_file() else []
+            text = read_text(path).split() if path.is_file() else []
             if not text:
                 raise errors.ChecksumError(f"{path}: no md5 in the checksum file of {f.name}")
             return f"md5:{text[0].lower()}"

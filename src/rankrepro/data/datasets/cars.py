@@ -56,6 +56,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_file, write_tar, write_zip
+from rankrepro.data.text_files import text_stream
 
 # legacy layout
 IMAGE_ARCHIVE = "car_ims.tgz"
@@ -278,25 +279,23 @@ def read_folders(root: Path) -> tuple[list[str], list[int], list[str], list[str]
         if not (root / name).is_file():
             raise FileNotFoundError(f"Cars196: {root / name} is missing (the Kaggle class-folder copy holds "
                                     f"{NAMES_CSV}, {ANNO_CSV['train']} and {ANNO_CSV['test']})")
-    with open(root / NAMES_CSV, newline="") as f:
-        names = [row[0].strip() for row in csv.reader(f) if row and row[0].strip()]
+    names = [row[0].strip() for row in csv.reader(text_stream(root / NAMES_CSV)) if row and row[0].strip()]
     paths, labels, origins = [], [], []
     for split, name in ANNO_CSV.items():
         file = root / name
-        with open(file, newline="") as f:
-            for number, row in enumerate(csv.reader(f), 1):
-                if not row or (number == 1 and [c.strip() for c in row] == ANNO_COLUMNS):
-                    continue
-                if len(row) != len(ANNO_COLUMNS) or not row[-1].strip().isdigit():
-                    raise ValueError(f"{file} line {number}: expected {','.join(ANNO_COLUMNS)} "
-                                     f"(no header), got {','.join(row)!r}")
-                label = int(row[-1])
-                if not 1 <= label <= len(names):
-                    raise ValueError(f"{file} line {number}: class {label} outside 1..{len(names)}, the classes "
-                                     f"named in {root / NAMES_CSV}")
-                paths.append(f"{FOLDERS}/{split}/{class_folder(names[label - 1])}/{row[0].strip()}")
-                labels.append(label)
-                origins.append(f"{name}, line {number}")
+        for number, row in enumerate(csv.reader(text_stream(file)), 1):
+            if not row or (number == 1 and [c.strip() for c in row] == ANNO_COLUMNS):
+                continue
+            if len(row) != len(ANNO_COLUMNS) or not row[-1].strip().isdigit():
+                raise ValueError(f"{file} line {number}: expected {','.join(ANNO_COLUMNS)} "
+                                 f"(no header), got {','.join(row)!r}")
+            label = int(row[-1])
+            if not 1 <= label <= len(names):
+                raise ValueError(f"{file} line {number}: class {label} outside 1..{len(names)}, the classes "
+                                 f"named in {root / NAMES_CSV}")
+            paths.append(f"{FOLDERS}/{split}/{class_folder(names[label - 1])}/{row[0].strip()}")
+            labels.append(label)
+            origins.append(f"{name}, line {number}")
     return paths, labels, origins, names
 
 

@@ -48,6 +48,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_tar
+from rankrepro.data.text_files import read_lines
 
 TOP = "CUB_200_2011"
 ARCHIVE = "CUB_200_2011.tgz"
@@ -156,7 +157,7 @@ def read_id_file(file: Path, what: str) -> dict[int, tuple[str, int]]:
     """``<image_id> <value>`` lines as {id: (value, line number)}, in file order (lines count
     from 1); a bad line or a repeated id is an error naming the file and line."""
     out: dict[int, tuple[str, int]] = {}
-    for number, line in enumerate(file.read_text().splitlines(), 1):
+    for number, line in enumerate(read_lines(file), 1):
         if not line.strip():
             continue
         fields = line.split(maxsplit=1)
@@ -174,7 +175,7 @@ def read_id_file(file: Path, what: str) -> dict[int, tuple[str, int]]:
 def read_classes(file: Path) -> dict[int, str]:
     """classes.txt as {class id: name}."""
     names = {}
-    for number, line in enumerate(file.read_text().splitlines(), 1):
+    for number, line in enumerate(read_lines(file), 1):
         if not line.strip():
             continue
         fields = line.split(maxsplit=1)

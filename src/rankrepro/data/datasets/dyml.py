@@ -80,6 +80,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_zip
+from rankrepro.data.text_files import read_lines
 
 LEVELS = ["fine", "middle", "coarse"]
 TITLES = {"vehicle": "DyML-Vehicle", "animal": "DyML-Animal", "product": "DyML-Product"}
@@ -260,13 +261,13 @@ def read_rows(file: Path, header: tuple[str, ...], title: str) -> list[tuple[int
     if not file.is_file():
         raise FileNotFoundError(f"{title}: {file} is missing (a label file of the dataset: "
                                 "is the extracted copy complete?)")
-    lines = file.read_text(encoding="utf-8-sig").split("\n")
+    lines = read_lines(file)
     while lines and not lines[-1].strip():
         lines.pop()
     if not lines:
         raise ValueError(f"{file}: empty, expected the header {', '.join(header)!r} and rows")
     n = len(header)
-    first = [f.strip() for f in lines[0].rstrip("\r").split(",")]
+    first = [f.strip() for f in lines[0].split(",")]
     glued = first[n - 1][len(header[n - 1]):] if len(first) >= n else ""
     if first[:n - 1] != list(header[:n - 1]) or not first[n - 1].startswith(header[n - 1]) \
             or len(first) != (2 * n - 1 if glued else n):
@@ -275,7 +276,7 @@ def read_rows(file: Path, header: tuple[str, ...], title: str) -> list[tuple[int
                          f"followed by the first row, as published (pandas reads the columns {names})")
     rows = [(1, [glued, *first[n:]])] if glued else []
     for number, line in enumerate(lines[1:], 2):
-        fields = [f.strip() for f in line.rstrip("\r").split(",")]
+        fields = [f.strip() for f in line.split(",")]
         if len(fields) != n or not fields[0]:
             raise ValueError(f"{file}, line {number}: {line[:100]!r}; expected {n} comma-separated fields "
                              f"({', '.join(header)})")

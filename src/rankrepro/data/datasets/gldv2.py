@@ -86,6 +86,7 @@ from rankrepro.data import checksums
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_file, write_tar
+from rankrepro.data.text_files import text_stream
 from rankrepro.io import csv_text
 
 BASE_URL = "https://s3.amazonaws.com/google-landmark/"
@@ -431,8 +432,8 @@ def read_csv(file: Path, name: str) -> pd.DataFrame:
     """A GLDv2 CSV as strings (nothing read as NaN: ``None`` stays a string); its header must hold
     the columns the parser needs."""
     try:
-        table = pd.read_csv(file, dtype=str, keep_default_na=False, na_filter=False)
-    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        table = pd.read_csv(text_stream(file), dtype=str, keep_default_na=False, na_filter=False)
+    except pd.errors.ParserError as err:
         raise ValueError(f"{file}: not a readable CSV: {err}") from None
     missing = [c for c in NEEDED[name] if c not in table.columns]
     if missing:

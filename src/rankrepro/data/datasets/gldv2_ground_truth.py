@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from rankrepro.data.manifest import Manifest
+from rankrepro.data.text_files import text_stream
 
 __all__ = ["ground_truth_positions"]
 
@@ -28,7 +29,7 @@ def ground_truth_positions(manifest: Manifest, query: Manifest, gallery: Manifes
         raise ValueError(f"{manifest.directory}: meta.json has no 'ground_truth' (the path of "
                          "retrieval_solution_v2.1.csv relative to 'root'), which protocol gldv2-suprank needs")
     file = manifest.root / manifest.meta["ground_truth"]
-    table = pd.read_csv(file, dtype=str, keep_default_na=False, na_filter=False)
+    table = pd.read_csv(text_stream(file), dtype=str, keep_default_na=False, na_filter=False)
     missing = [c for c in ("id", "images") if c not in table.columns]
     if missing:
         raise ValueError(f"{file}: header {list(table.columns)} lacks {missing}")

@@ -55,6 +55,7 @@ from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.datasets.vggface2 import BOX_COLUMNS, FACE_COLUMNS, LANDMARK_COLUMNS
 from rankrepro.data.replicas import key_rng, tiny_jpeg, write_tar
+from rankrepro.data.text_files import read_lines, text_stream
 
 ARCHIVE = "IJB-C.tar.gz"
 NIST_TOP = "IJB/IJB-C"
@@ -164,7 +165,7 @@ def instance_keys(subjects, sightings) -> list[str]:
 def read_nist(root: Path) -> pd.DataFrame:
     """The NIST metadata CSV as rows (module docstring); a missing column is an error naming the file."""
     name = next(name for name in NIST_METADATA if (root / name).is_file())
-    meta = pd.read_csv(root / name, skipinitialspace=True)
+    meta = pd.read_csv(text_stream(root / name), skipinitialspace=True)
     meta.columns = [str(c).strip() for c in meta.columns]
     missing = [c for c in NIST_COLUMNS if c not in meta.columns]
     if missing:
@@ -221,7 +222,7 @@ def read_columns(root: Path, name: str, columns: list[str], dtype) -> pd.DataFra
     if not file.is_file():
         raise FileNotFoundError(f"IJB-C: {file} is missing (the insightface release holds {name})")
     rows, origins = [], []
-    for number, line in enumerate(file.read_text().splitlines(), 1):
+    for number, line in enumerate(read_lines(file), 1):
         fields = line.split()
         if not fields:
             continue
@@ -242,7 +243,7 @@ def template_subjects(root: Path) -> pd.Series:
     parts = []
     for name in TEMPLATE_CSVS:
         if (root / name).is_file():
-            part = pd.read_csv(root / name, skipinitialspace=True)
+            part = pd.read_csv(text_stream(root / name), skipinitialspace=True)
             part.columns = [str(c).strip() for c in part.columns]
             if not {"TEMPLATE_ID", "SUBJECT_ID"} <= set(part.columns):
                 raise ValueError(f"{root / name}: no TEMPLATE_ID / SUBJECT_ID column")

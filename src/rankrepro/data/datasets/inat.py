@@ -96,6 +96,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_tar, write_zip
+from rankrepro.data.text_files import read_lines, read_text
 
 S3 = "https://ml-inat-competition-datasets.s3.amazonaws.com/2018/"
 SPLITS_DRIVE_ID = "1sXfkBTFDrRU3__-NUs1qBP3sf_0uMB98"
@@ -305,9 +306,10 @@ DATASETS.register("inat_full", hierarchy="full")(INat)
 
 def load_json(file: Path) -> dict:
     """A COCO-style iNaturalist JSON, checked to hold ``images``, ``annotations``, ``categories`` lists."""
+    text = read_text(file)
     try:
-        document = json.loads(file.read_text())
-    except (ValueError, UnicodeDecodeError) as err:
+        document = json.loads(text)
+    except ValueError as err:
         raise ValueError(f"{file}: not valid JSON ({err})") from None
     if not isinstance(document, dict):
         raise ValueError(f"{file}: expected a JSON object with images, annotations, categories")
@@ -380,7 +382,7 @@ def read_split(root: Path, split: str, labels: pd.Series) -> pd.DataFrame:
     and an error names the file and line."""
     file = root / SPLIT_FILES[split]
     paths, numbers = [], []
-    for number, line in enumerate(file.read_text().splitlines(), 1):
+    for number, line in enumerate(read_lines(file), 1):
         if line.strip():
             paths.append(line.strip())
             numbers.append(number)

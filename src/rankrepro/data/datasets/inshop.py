@@ -56,6 +56,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_file, write_zip
+from rankrepro.data.text_files import read_lines
 
 ARCHIVE = "img.zip"
 PARTITION = "list_eval_partition.txt"
@@ -173,7 +174,7 @@ def partition_file(root: Path) -> Path | None:
 def read_partition(file: Path) -> pd.DataFrame:
     """The rows of ``list_eval_partition.txt``: ``path, item (int), split, gender, type`` (names)
     and ``line`` (its 1-based line number)."""
-    lines = file.read_text().splitlines()
+    lines = read_lines(file)
     if len(lines) < 2:
         raise ValueError(f"{file}: {len(lines)} lines; expected the image count, the header and one row per image")
     try:

@@ -22,6 +22,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_zip
+from rankrepro.data.text_files import text_stream
 
 TOP = "Stanford_Online_Products"
 ARCHIVE = "Stanford_Online_Products.zip"
@@ -101,7 +102,7 @@ def read_split(root: Path, split: str) -> pd.DataFrame:
     file, relative to ``root``, and the line: the header is line 1; exact unless the file holds
     blank lines, which pandas skips)."""
     file = root / SPLIT_FILES[split]
-    rows = pd.read_csv(file, sep=r"\s+", dtype={"path": str})
+    rows = pd.read_csv(text_stream(file), sep=r"\s+", dtype={"path": str})
     if list(rows.columns) != HEADER:
         raise ValueError(f"{file}: header {list(rows.columns)}, expected {HEADER}")
     return pd.DataFrame({

@@ -51,6 +51,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_zip
+from rankrepro.data.text_files import read_lines
 
 TOP = "VehicleID_V1.0"
 ARCHIVE = f"{TOP}.zip"
@@ -171,7 +172,7 @@ def read_pairs(file: Path, first: str, second: str) -> list[tuple[str, str]]:
     """The ``<first> <second>`` lines of ``file`` (blank lines skipped), as strings; both fields
     must be non-negative integers (an error names the file and line)."""
     out = []
-    for number, line in enumerate(file.read_text().splitlines(), 1):
+    for number, line in enumerate(read_lines(file), 1):
         fields = line.split()
         if not fields:
             continue

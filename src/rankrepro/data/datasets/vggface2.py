@@ -47,6 +47,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import key_rng, tiny_jpeg, write_file, write_tar
+from rankrepro.data.text_files import read_lines, text_stream
 
 SPLITS = ("train", "test")
 LISTS = {split: f"{split}_list.txt" for split in SPLITS}
@@ -174,19 +175,18 @@ def read_identity_meta(file: Path) -> dict[int, int]:
     """``{identity number: Flag}`` of ``identity_meta.csv`` (header ``Class_ID, Name, Sample_Num, Flag,
     Gender``; spaces after commas, quoted names). A bad row is an error naming the file and line."""
     flags = {}
-    with open(file, newline="", encoding="utf-8") as handle:
-        reader = csv.reader(handle, skipinitialspace=True)
-        header = [h.strip() for h in next(reader, [])]
-        if header[:1] != ["Class_ID"] or "Flag" not in header:
-            raise ValueError(f"{file}: header {header}, expected Class_ID, Name, Sample_Num, Flag, Gender")
-        flag_at = header.index("Flag")
-        for row in reader:
-            if not row:
-                continue
-            match = re.fullmatch(r"n(\d{6})", row[0].strip())
-            if not match or len(row) <= flag_at or row[flag_at].strip() not in ("0", "1"):
-                raise ValueError(f"{file}, line {reader.line_num}: {row!r} is not n<6 digits>, ..., Flag 0/1, ...")
-            flags[int(match.group(1))] = int(row[flag_at])
+    reader = csv.reader(text_stream(file), skipinitialspace=True)
+    header = [h.strip() for h in next(reader, [])]
+    if header[:1] != ["Class_ID"] or "Flag" not in header:
+        raise ValueError(f"{file}: header {header}, expected Class_ID, Name, Sample_Num, Flag, Gender")
+    flag_at = header.index("Flag")
+    for row in reader:
+        if not row:
+            continue
+        match = re.fullmatch(r"n(\d{6})", row[0].strip())
+        if not match or len(row) <= flag_at or row[flag_at].strip() not in ("0", "1"):
+            raise ValueError(f"{file}, line {reader.line_num}: {row!r} is not n<6 digits>, ..., Flag 0/1, ...")
+        flags[int(match.group(1))] = int(row[flag_at])
     return flags
 
 
@@ -196,7 +196,7 @@ def read_list(root: Path, split: str, flags: dict[int, int]) -> pd.DataFrame:
     error naming the list and line."""
     name = LISTS[split]
     paths, labels, origins, seen = [], [], [], {}
-    for number, line in enumerate((root / name).read_text().splitlines(), 1):
+    for number, line in enumerate(read_lines(root / name), 1):
         line = line.strip()
         if not line:
             continue
@@ -241,20 +241,19 @@ def read_geometry_csv(file: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     """One ``loose_*`` CSV: its header, then ``NAME_ID`` (maybe quoted) and ``len(columns)`` numbers;
     a name listed twice keeps its first row."""
     names, values = [], []
-    with open(file, newline="", encoding="utf-8") as handle:
-        reader = csv.reader(handle)
-        next(reader, None)
-        for row in reader:
-            if not row:
-                continue
-            try:
-                if len(row) != len(columns) + 1:
-                    raise ValueError
-                values.append([float(v) for v in row[1:]])
-            except ValueError:
-                raise ValueError(f"{file}, line {reader.line_num}: {row!r} is not NAME_ID and "
-                                 f"{len(columns)} numbers ({', '.join(columns)})") from None
-            names.append(row[0].strip())
+    reader = csv.reader(text_stream(file))
+    next(reader, None)
+    for row in reader:
+        if not row:
+            continue
+        try:
+            if len(row) != len(columns) + 1:
+                raise ValueError
+            values.append([float(v) for v in row[1:]])
+        except ValueError:
+            raise ValueError(f"{file}, line {reader.line_num}: {row!r} is not NAME_ID and "
+                             f"{len(columns)} numbers ({', '.join(columns)})") from None
+        names.append(row[0].strip())
     table = pd.DataFrame(np.asarray(values, dtype=np.float64).reshape(-1, len(columns)), index=names,
                          columns=list(columns))
     return table[~table.index.duplicated()]

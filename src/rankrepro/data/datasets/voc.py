@@ -65,6 +65,7 @@ from PIL import Image
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import key_rng, write_tar
+from rankrepro.data.text_files import read_lines
 
 #: the 20 VOC classes, index 0..19 (devkit / torchvision / mmdetection order)
 CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow", "diningtable",
@@ -137,7 +138,7 @@ class VOC(Dataset):
                                     f"{ARCHIVE_OF[year, image_set].name}; {self.title} needs "
                                     f"{', '.join(f.name for f in self.files)})")
         rows = []
-        for number, line in enumerate(file.read_text().splitlines(), 1):
+        for number, line in enumerate(read_lines(file), 1):
             image_id = line.strip()
             if not image_id:
                 continue
