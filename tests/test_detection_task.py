@@ -14,6 +14,7 @@ from PIL import Image
 from torchvision.transforms.functional import to_tensor
 
 from rankrepro.data.datasets.voc import CLASSES
+from rankrepro.data.image_files import ImageReadError
 from rankrepro.data.manifest import read_manifest
 from rankrepro.data.samplers import build_sampler
 from rankrepro.engine import loop
@@ -82,6 +83,23 @@ def test_voc_images_image_with_only_difficult_objects(manifest_dir):
     data.objects[3] = data.objects[3][:1]  # only the difficult one left
     _, target = data[(3, True)]
     assert target["boxes"].shape == (0, 4) and target["labels"].shape == (0,)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_an_unreadable_image_names_its_file_and_manifest_row(tmp_path, damage):
+    """As the retrieval reader (tests/test_images.py): the file and its manifest.csv line are named, the other
+    images still read."""
+    manifest_dir = voc07_manifest(tmp_path)  # a copy of its own: an image is damaged
+    test = read_manifest(manifest_dir).split("test")  # the manifest's rows: 6 train, then 4 test
+    path = Path(test.meta["root"]) / test.table["path"].iat[2]
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2] if damage == "truncated" else b"not a JPEG")
+    images = VOCImages(test)
+    with pytest.raises(ImageReadError) as err:
+        images[(2, False)]
+    assert f"cannot read image {path} (line 10 of {manifest_dir / 'manifest.csv'} (split 'test', index 2))" \
+        in str(err.value)
+    images[(1, False)]
 
 
 # -------------------------------------------------------------------------------- shuffle sampler

@@ -15,6 +15,7 @@ from torchvision import transforms as T
 from rankrepro.data.cache import ImageCacheWarning
 from rankrepro.data.face_align import (ARCFACE_TEMPLATE, BOX_COLUMNS, LANDMARK_COLUMNS, extend_box,
                                        similarity_align, similarity_transform)
+from rankrepro.data.image_files import ImageReadError
 from rankrepro.data.images import ImageDataset
 from rankrepro.data.manifest import Manifest
 from rankrepro.plan.complete import run_id
@@ -186,6 +187,24 @@ def test_align5_falls_back_to_the_extended_box_without_landmarks(tmp_path):
     assert (aligned[:, 8:104, 8:104] == RED).all()
     assert dataset[1][0].shape == (3, 20, 20)  # box extended by 0.3: cx 28, W 20.8 -> (18, 8, 38, 28)
     assert dataset[2][0].shape == (3, 48, 64)
+
+
+@pytest.mark.parametrize("points,match", [
+    ([(28.0, 18.0)] * 5, r"\(nearly\) coincide: their spread is 0 pixels"),
+    ([(1e30, 12.0), (33.0, 12.0), (28.0, 18.0), (23.0, 23.0), (33.0, 23.0)], r"point 1 \(1e\+30, 12\) lies outside"),
+    ([(x - 500, y - 500) for x, y in [(23.0, 12.0), (33.0, 12.0), (28.0, 18.0), (23.0, 23.0), (33.0, 23.0)]],
+     r"point 1 \(-477, -488\) lies outside the face's reach, the face box \(20, 10, 16, 16\) grown"),
+])
+def test_align5_with_implausible_landmarks_names_the_image(tmp_path, points, match):
+    """Coinciding landmarks, or absurd ones, fail naming the image and its row (before: a bare ValueError
+    from the transform, or a silently black face)."""
+    square = dict(zip(BOX_COLUMNS, (20.0, 10.0, 16.0, 16.0)))
+    manifest = _face_manifest(tmp_path, [{"path": "a.png", **square, **dict(zip(LANDMARK_COLUMNS, np.ravel(points)))}])
+    dataset = ImageDataset(manifest, T.PILToTensor(), face={"name": "align5", "size": 112})
+    with pytest.raises(ImageReadError, match=match) as err:
+        dataset[0]
+    assert str(err.value).startswith(f"cannot crop the face of image {tmp_path / 'a.png'} (row 0 of the manifest "
+                                     "of dataset 'faces' (split 'test', index 0)): ValueError: images.face align5: ")
 
 
 def test_a_face_crop_needs_the_columns_and_reads_no_cache(tmp_path):

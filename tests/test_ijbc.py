@@ -88,3 +88,65 @@ def test_protocol_csv_recorded_then_verified(tmp_path):
     csv_file.write_text(csv_file.read_text() + "5,img/24.jpg,504,1,1,9,9,,0,3,1,2,1,5.5,-1.5" + ",0" * 18 + "\n")
     with pytest.raises(ChecksumError, match="ijbc_metadata.csv"):
         IJBC.locate_root(tmp_path / "copy", tmp_path / "data")
+
+
+def extracted(tmp_path, layout):
+    """An extracted copy of the replica in ``layout``: its root."""
+    IJBC.write_replica(tmp_path / "replica", layout=layout)
+    with tarfile.open(tmp_path / "replica" / "IJB-C.tar.gz") as tf:
+        tf.extractall(tmp_path / "copy", filter="data")
+    return tmp_path / "copy" / ("IJB/IJB-C" if layout == "nist" else "IJBC")
+
+
+@pytest.mark.parametrize("box,match", [
+    ("3,4,0,9", r"face box x, y, w, h \(3, 4, 0, 9\) has a width or height <= 0 \(FACE_X, FACE_Y, FACE_WIDTH, "
+                r"FACE_HEIGHT 3, 4, 0, 9\); fix the line, or blank all four cells"),
+    ("3,4,abc,9", r"face box x, y, w, h \(3, 4, nan, 9\) has a value that is not a finite number .*3, 4, abc, 9\)"),
+    ("3,4,1e30,9", r"face box .* lies outside the image"),
+    ("-500,-500,20,20", r"face box .* lies outside the image"),
+])
+def test_an_implausible_nist_box_names_the_metadata_line(tmp_path, box, match):
+    root = extracted(tmp_path, "nist")
+    csv_file = root / "protocols" / "archive" / "ijbc_metadata.csv"
+    lines = csv_file.read_text().splitlines()
+    fields = lines[3].split(",")
+    fields[3:7] = box.split(",")
+    lines[3] = ",".join(fields)
+    csv_file.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=match) as err:
+        IJBC.prepare(root, tmp_path / "m", data_root=tmp_path / "data", replica=True)
+    assert str(err.value).startswith(f"{csv_file}, line 4: ")
+    assert not (tmp_path / "m" / "meta.json").exists()
+
+
+def test_a_nist_face_without_a_box_is_kept(tmp_path):
+    root = extracted(tmp_path, "nist")
+    csv_file = root / "protocols" / "archive" / "ijbc_metadata.csv"
+    lines = csv_file.read_text().splitlines()
+    fields = lines[3].split(",")
+    fields[3:7] = [""] * 4
+    lines[3] = ",".join(fields)
+    csv_file.write_text("\n".join(lines) + "\n")
+    table = IJBC.prepare(root, tmp_path / "m", data_root=tmp_path / "data", replica=True).table
+    assert table[list(BOX_COLUMNS)].isna().all(axis=1).tolist() == [i == 2 for i in range(27)]
+
+
+@pytest.mark.parametrize("points,match", [
+    (["9"] * 10, r"5 landmarks \(9, 9, .*\) \(nearly\) coincide: their spread is 0 pixels"),
+    (["1e30"] + ["9", "12", "20", "12", "15", "17", "11", "22", "19", "22"][1:],
+     r"point 1 \(1e\+30, 12\) lies outside the face's reach"),
+    ([str(v - 500) for v in (9, 12, 20, 12, 15, 17, 11, 22, 19, 22)], r"point 1 \(-491, -488\) lies outside"),
+    (["nan"] + ["12"] * 9, r"have a value that is not a finite number"),
+])
+def test_implausible_insightface_landmarks_name_the_line(tmp_path, points, match):
+    root = extracted(tmp_path, "insightface")
+    five = root / "meta" / "ijbc_name_5pts_score.txt"
+    lines = five.read_text().splitlines()
+    fields = lines[2].split()
+    fields[1:11] = points
+    lines[2] = " ".join(fields)
+    five.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=match) as err:
+        IJBC.prepare(root, tmp_path / "m", data_root=tmp_path / "data", replica=True)
+    assert str(err.value).startswith(f"{five}, line 3: 5 landmarks (")
+    assert str(err.value).endswith("; fix or remove the line (without landmarks, align5 crops the whole image)")

@@ -10,7 +10,7 @@ import pytest
 
 from rankrepro.data import datasets
 from rankrepro.data.errors import ManualDownloadRequired
-from rankrepro.data.datasets.vggface2 import FACE_COLUMNS
+from rankrepro.data.datasets.vggface2 import FACE_COLUMNS, read_geometry
 
 VGGFACE2 = datasets.load("vggface2")
 
@@ -87,3 +87,63 @@ def test_identity_flag_must_match_the_split(tmp_path):
     (copy / "identity_meta.csv").write_text(meta.replace('n000002, "Person_2, Jr.", 6, 1', 'n000002, "Person_2, Jr.", 6, 0'))
     with pytest.raises(ValueError, match=r"train_list.txt, line 1: identity n000002 has Flag 0"):
         VGGFACE2.prepare(copy, tmp_path / "m", data_root=tmp_path / "data", replica=True)
+
+
+BB = ['NAME_ID,X,Y,W,H', '"n000002/0001_01",10,20,40,50', '"n000002/0002_01",5,5,30,30']
+LANDMARKS = ['NAME_ID,P1X,P1Y,P2X,P2Y,P3X,P3Y,P4X,P4Y,P5X,P5Y', '"n000002/0001_01",20,35,40,35,30,45,22,58,38,58',
+             '"n000002/0002_01",12,12,24,12,18,18,14,26,22,26']
+
+
+def geometry_folder(tmp_path, bb=BB, landmarks=LANDMARKS):
+    folder = tmp_path / "bb_landmark"
+    folder.mkdir()
+    (folder / "loose_bb_train.csv").write_text("\n".join(bb) + "\n")
+    (folder / "loose_landmark_train.csv").write_text("\n".join(landmarks) + "\n")
+    return folder
+
+
+def test_plausible_geometry_is_read(tmp_path):
+    geometry = read_geometry(geometry_folder(tmp_path).parent, "train")
+    assert list(geometry.columns) == list(FACE_COLUMNS)
+    assert geometry.loc["n000002/0002_01"].tolist() == [5, 5, 30, 30, 12, 12, 24, 12, 18, 18, 14, 26, 22, 26]
+
+
+@pytest.mark.parametrize("kind,line,match", [
+    ("bb", '"n000002/0002_01",5,5,0,30', r"loose_bb_train.csv, line 3: face box x, y, w, h \(5, 5, 0, 30\) has a "
+                                         r"width or height <= 0; fix or remove the line"),
+    ("bb", '"n000002/0002_01",5,nan,30,30', r"loose_bb_train.csv, line 3: .* not a finite number"),
+    ("bb", '"n000002/0002_01",5,5,1e30,30', r"loose_bb_train.csv, line 3: .* lies outside the image"),
+    ("landmark", '"n000002/0002_01",' + ",".join(["20"] * 10),
+     r"loose_landmark_train.csv, line 3: 5 landmarks \(20, 20, .*\) \(nearly\) coincide: their spread is 0 pixels.* "
+     r"\(its box: .*loose_bb_train.csv, line 3\); fix or remove the line"),
+    ("landmark", '"n000002/0002_01",1e30,12,24,12,18,18,14,26,22,26',
+     r"line 3: .* point 1 \(1e\+30, 12\) lies outside the face's reach, the face box \(5, 5, 30, 30\) grown"),
+    ("landmark", '"n000002/0002_01",-488,-488,-476,-488,-482,-482,-486,-474,-478,-474',
+     r"line 3: .* point 1 \(-488, -488\) lies outside the face's reach"),
+    ("landmark", '"n000002/0002_01",12,12,24,12,18,nan,14,26,22,26', r"line 3: .* not a finite number"),
+    ("landmark", '"n000002/0003_01",-488,-488,-476,-488,-482,-482,-486,-474,-478,-474',  # no box: the image's reach
+     r"line 3: .* point 1 \(-488, -488\) lies outside the face's reach, the image grown by"),
+])
+def test_implausible_geometry_names_the_file_and_line(tmp_path, kind, line, match):
+    bb, landmarks = ([*BB[:2], line], LANDMARKS) if kind == "bb" else (BB, [*LANDMARKS[:2], line])
+    with pytest.raises(ValueError, match=match) as err:
+        read_geometry(geometry_folder(tmp_path, bb, landmarks).parent, "train")
+    assert str(err.value).startswith(str(tmp_path / "bb_landmark" / f"loose_{kind}_train.csv"))
+
+
+def test_implausible_landmarks_fail_the_prepare(tmp_path):
+    """An extracted copy whose loose_landmark_train.csv has 5 identical points on its line 2."""
+    VGGFACE2.write_replica(tmp_path / "replica")
+    copy = tmp_path / "copy"
+    for archive in ("vggface2_train.tar.gz", "vggface2_test.tar.gz", "bb_landmark.tar.gz"):
+        with tarfile.open(tmp_path / "replica" / archive) as tf:
+            tf.extractall(copy, filter="data")
+    for name in ("train_list.txt", "test_list.txt", "identity_meta.csv"):
+        (copy / name).write_bytes((tmp_path / "replica" / name).read_bytes())
+    marks = copy / "bb_landmark" / "loose_landmark_train.csv"
+    lines = marks.read_text().splitlines()
+    lines[1] = lines[1].split(",")[0] + ",7" * 10
+    marks.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"{marks}, line 2: 5 landmarks \(7, 7, .*\(nearly\) coincide"):
+        VGGFACE2.prepare(copy, tmp_path / "m", data_root=tmp_path / "data", replica=True)
+    assert not (tmp_path / "m" / "meta.json").exists()

@@ -16,7 +16,7 @@ from PIL import Image
 
 from rankrepro.data import datasets
 from rankrepro.metrics.protocols import get as get_protocol
-from rankrepro.data.datasets.voc import CLASSES, first_class, parse_annotation
+from rankrepro.data.datasets.voc import CLASSES, check_boxes, first_class, parse_annotation
 from rankrepro.data.manifest import read_manifest
 
 VOC07, VOC0712 = datasets.load("voc07"), datasets.load("voc0712")
@@ -277,6 +277,55 @@ def test_without_size_the_image_size_is_taken(tree, tmp_path):
     xml.write_text(text[:text.index("<size>")] + text[text.index("</size>") + len("</size>"):])
     table = VOC0712.prepare(tree, tmp_path / "m", data_root=tmp_path / "data", replica=True).table
     assert table.loc[table.image_id == "000016", ["width", "height"]].values.tolist() == [[64, 48]]
+
+
+@pytest.mark.parametrize("box,match", [
+    ((30, 8, 4, 40), r"xmin 30 > xmax 4: an empty or inverted box"),
+    ((4, 8, 3, 40), r"xmin 4 > xmax 3: an empty or inverted box"),  # inclusive pixels: zero wide
+    ((4, 41, 30, 40), r"ymin 41 > ymax 40: an empty or inverted box"),
+    ((-5, 8, 30, 40), r"xmin -5, xmax 30 are outside the image \(1 to its width 64\)"),
+    ((0, 8, 30, 40), r"xmin 0, xmax 30 are outside the image"),  # 0-based text: outside VOC's pixels
+    ((4, 8, "1e30", 40), r"xmin 4, xmax 1000000000000000019884624838656 are outside the image"),
+    ((4, 8, 65, 40), r"xmin 4, xmax 65 are outside the image \(1 to its width 64\)"),
+    ((4, 8, 30, 49), r"ymin 8, ymax 49 are outside the image \(1 to its height 48\)"),
+])
+def test_a_box_outside_the_image_fails_the_prepare_naming_the_xml(tree, tmp_path, box, match):
+    """000005's first object, a chair (4, 8, 30, 40) in a 64 x 48 image, edited."""
+    xml = tree / "VOC2007/Annotations/000005.xml"
+    text = xml.read_text()
+    for key, old, value in zip(("xmin", "ymin", "xmax", "ymax"), (4, 8, 30, 40), box):
+        text = text.replace(f"<{key}>{old}</{key}>", f"<{key}>{value}</{key}>", 1)
+    xml.write_text(text)
+    with pytest.raises(ValueError, match=match) as err:
+        VOC0712.prepare(tree, tmp_path / "m", data_root=tmp_path / "data", replica=True)
+    assert str(err.value).startswith(f"{xml}: object 1 (chair) bndbox: ")
+    assert not (tmp_path / "m" / "meta.json").exists()
+
+
+def test_boxes_on_the_image_border_and_one_pixel_wide_pass(tmp_path):
+    """VOC's 1-based inclusive pixels: 1..width is inside, xmin == xmax is one pixel wide."""
+    check_boxes(Path("a.xml"), 64, 48, [[8, 1, 1, 64, 48, 0], [8, 7, 9, 7, 9, 1]])
+    with pytest.raises(ValueError, match=r"a.xml: size width 0, height 48: expected at least 1 pixel each"):
+        check_boxes(Path("a.xml"), 0, 48, [])
+
+
+def test_without_size_the_boxes_are_checked_against_the_image(tree, tmp_path):
+    xml = tree / "VOC2007/Annotations/000016.xml"  # a 64 x 48 image, bicycle (8, 6, 56, 44)
+    text = xml.read_text().replace("<xmax>56</xmax>", "<xmax>70</xmax>")
+    xml.write_text(text[:text.index("<size>")] + text[text.index("</size>") + len("</size>"):])
+    with pytest.raises(ValueError, match=r"000016.xml: object 1 \(bicycle\) bndbox: xmin 8, xmax 70 are outside"):
+        VOC0712.prepare(tree, tmp_path / "m", data_root=tmp_path / "data", replica=True)
+
+
+def test_without_size_an_unreadable_image_is_named(tree, tmp_path):
+    from rankrepro.data.image_files import ImageReadError
+
+    xml = tree / "VOC2007/Annotations/000016.xml"
+    text = xml.read_text()
+    xml.write_text(text[:text.index("<size>")] + text[text.index("</size>") + len("</size>"):])
+    (tree / "VOC2007/JPEGImages/000016.jpg").write_bytes(b"not a JPEG")
+    with pytest.raises(ImageReadError, match=r"cannot read image .*000016.jpg \(.*000016.xml has no <size>\)"):
+        VOC0712.prepare(tree, tmp_path / "m", data_root=tmp_path / "data", replica=True)
 
 
 def test_images_of_other_tasks_are_not_listed(tree, tmp_path):

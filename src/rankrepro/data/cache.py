@@ -119,18 +119,15 @@ def _cache_one(task: tuple[str, str, int, int]) -> str:
     from PIL import Image
     from torchvision.transforms import functional as F
 
-    from rankrepro.data.image_files import READ_ERRORS, ImageReadError
+    from rankrepro.data.image_files import naming_image
     from rankrepro.io import atomic_path
 
     src, dst, size, quality = task
-    try:
-        with Image.open(src) as image:
-            if min(image.size) <= size:
-                small = None
-            else:
-                small = F.resize(image.convert("RGB"), size)  # what the pipeline's Resize(S) does
-    except READ_ERRORS as err:
-        raise ImageReadError(f"cannot cache image {src}: {type(err).__name__}: {err}") from err
+    with naming_image(src, doing="cache"), Image.open(src) as image:
+        if min(image.size) <= size:
+            small = None
+        else:
+            small = F.resize(image.convert("RGB"), size)  # what the pipeline's Resize(S) does
     with atomic_path(dst) as tmp:
         if small is None:
             shutil.copyfile(src, tmp)

@@ -14,7 +14,10 @@ mouth corners, in the order of the template below).
 
 Fallbacks (per image): ``align5`` without all 10 landmark values crops the box extended by
 :data:`VGG_FACTOR` instead; either crop without a box (any of the 4 values NaN, or a width or height <= 0)
-keeps the whole image.
+keeps the whole image. ``align5`` refuses 10 landmark values that
+:func:`~rankrepro.data.face_geometry.landmark_problem` refuses (coinciding, or far from the box or the
+image) with a ``ValueError``, which the reader reraises naming the image
+(:class:`~rankrepro.data.images.ImageDataset`); the datasets refuse them already at prepare.
 
 Coordinates are pixel-index coordinates as in OpenCV and insightface: pixel ``(i, j)`` (column, row)
 has its centre at ``(i, j)``; the template is in the same convention.
@@ -26,6 +29,8 @@ import math
 
 import numpy as np
 from PIL import Image
+
+from rankrepro.data.face_geometry import landmark_problem
 
 __all__ = ["ARCFACE_TEMPLATE", "BOX_COLUMNS", "LANDMARK_COLUMNS", "VGG_FACTOR", "VGG_MIN_ASPECT", "FaceCrop",
            "extend_box", "similarity_align", "similarity_transform"]
@@ -138,8 +143,12 @@ class FaceCrop:
                           if self.name == "align5" else None)
 
     def crop(self, image: Image.Image, index: int) -> Image.Image:
-        """Row ``index``'s face: aligned (``align5`` with 5 landmarks), else its extended box, else ``image``."""
+        """Row ``index``'s face: aligned (``align5`` with 5 landmarks), else its extended box, else ``image``;
+        landmarks that are not plausible in this image (module docstring) raise a ``ValueError``."""
         if self.landmarks is not None and np.isfinite(self.landmarks[index]).all():
+            found = landmark_problem(self.landmarks[index].reshape(1, 10), self.boxes[index], image.size)
+            if found is not None:
+                raise ValueError(f"images.face align5: {found[1]}")
             return similarity_align(image, self.landmarks[index], self.size)
         box = extend_box(*self.boxes[index], image.size, self.factor)
         return image if box is None else image.crop(box)

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import Dataset
 
 from rankrepro.data.face_align import FaceCrop
-from rankrepro.data.image_files import READ_ERRORS, ImageReadError
+from rankrepro.data.image_files import naming_image, read_rgb
 from rankrepro.data.manifest import Manifest
 
 
@@ -24,8 +23,8 @@ def contiguous_labels(labels: np.ndarray) -> np.ndarray:
 class ImageDataset(Dataset):
     """Yields (image tensor, labels [L], index) for each row of a manifest split.
 
-    ``contiguous=True`` renumbers each level 0..C_l-1 (what proxy losses need). An
-    unreadable image raises :class:`ImageReadError` naming the file and its manifest row.
+    ``contiguous=True`` renumbers each level 0..C_l-1 (what proxy losses need). An unreadable image
+    raises :class:`~rankrepro.data.image_files.ImageReadError` naming the file and its manifest row.
 
     ``cache``: a resized image cache folder (:mod:`rankrepro.data.cache`,
     ``results/cache/<dataset>/s<S>``; ``python -m rankrepro train/evaluate --image-cache DIR``
@@ -36,7 +35,8 @@ class ImageDataset(Dataset):
 
     ``face``: the run's ``images.face`` (None: the whole image): each image is cropped to its face
     (:class:`rankrepro.data.face_align.FaceCrop`, from the manifest row's box and landmark columns) before
-    ``transform``. The boxes are in the originals' pixels, so such a dataset never reads a cache.
+    ``transform``. The boxes are in the originals' pixels, so such a dataset never reads a cache. A crop
+    that fails (landmarks that :meth:`FaceCrop.crop` refuses) raises the same error, naming the file and row.
     """
 
     def __init__(self, manifest: Manifest, transform, contiguous: bool = False, cache: str | Path | None = None,
@@ -66,13 +66,9 @@ class ImageDataset(Dataset):
         return len(self.paths)
 
     def __getitem__(self, index: int):
-        path = self.paths[index]
-        try:
-            with Image.open(path) as image:
-                image = image.convert("RGB")  # decodes every byte: a truncated file fails here
-        except READ_ERRORS as err:
-            raise ImageReadError(f"cannot read image {path} ({self.manifest.describe_row(index)}): "
-                                 f"{type(err).__name__}: {err}") from err
+        path, where = self.paths[index], self.manifest.describe_row(index)
+        image = read_rgb(path, where)
         if self.face is not None:
-            image = self.face.crop(image, index)
+            with naming_image(path, where, doing="crop the face of"):
+                image = self.face.crop(image, index)
         return self.transform(image), self.labels[index], index

@@ -36,6 +36,9 @@ Manifest (split ``test`` only; faces.md B.2 "IJB-C instance key"):
 - ``label`` = ``SUBJECT_ID`` (1-based, as released); ``instance`` = ``"<SUBJECT_ID>/<SIGHTING_ID>"``:
   a still image, or all frames of one video sighting (the protocol averages by it);
   :data:`~rankrepro.data.datasets.vggface2.FACE_COLUMNS` as in VGGFace2 (floats, NaN when unknown).
+- A face box (NIST) or landmark line (insightface) that is not plausible (:mod:`rankrepro.data.face_geometry`:
+  a value not a number, an empty box, landmarks that coincide or lie far from the image) fails the prepare
+  naming the file and line; a box whose four cells are all blank is unknown (NaN). No image is opened for it.
 
 Expected counts (faces.md B.1, Smooth-AP §5.1): 3,531 identities (the ≈148.8k image + frame rows
 are not a published exact count of this universe: not enforced).
@@ -54,6 +57,7 @@ from rankrepro.data import checksums
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.datasets.vggface2 import BOX_COLUMNS, FACE_COLUMNS, LANDMARK_COLUMNS
+from rankrepro.data.face_geometry import box_problem, landmark_problem
 from rankrepro.data.replicas import key_rng, tiny_jpeg, write_tar
 from rankrepro.data.text_files import read_lines, text_stream
 
@@ -163,7 +167,8 @@ def instance_keys(subjects, sightings) -> list[str]:
 
 
 def read_nist(root: Path) -> pd.DataFrame:
-    """The NIST metadata CSV as rows (module docstring); a missing column is an error naming the file."""
+    """The NIST metadata CSV as rows (module docstring); a missing column, or a face box that is not plausible,
+    is an error naming the file (and line)."""
     name = next(name for name in NIST_METADATA if (root / name).is_file())
     meta = pd.read_csv(text_stream(root / name), skipinitialspace=True)
     meta.columns = [str(c).strip() for c in meta.columns]
@@ -182,8 +187,14 @@ def read_nist(root: Path) -> pd.DataFrame:
                           "label": meta["SUBJECT_ID"].astype(np.int64),
                           "instance": instance_keys(meta["SUBJECT_ID"], meta["SIGHTING_ID"]),
                           "origin": meta["origin"]})
-    for column, source in zip(BOX_COLUMNS, NIST_COLUMNS[3:]):
+    for column, source in zip(BOX_COLUMNS, NIST_COLUMNS[3:]):  # a cell that is not a number: NaN, refused below
         table[column] = pd.to_numeric(meta[source], errors="coerce").astype(np.float64).to_numpy()
+    found = box_problem(table[list(BOX_COLUMNS)].to_numpy())
+    if found is not None:
+        row = found[0]
+        raise ValueError(f"{root / table['origin'].iat[row]}: {found[1]} (FACE_X, FACE_Y, FACE_WIDTH, FACE_HEIGHT "
+                         f"{', '.join(str(meta[c].iat[row]) for c in NIST_COLUMNS[3:])}); fix the line, or blank all "
+                         "four cells for a face without a box")
     for column in LANDMARK_COLUMNS:
         table[column] = np.nan
     return table.reset_index(drop=True)
@@ -208,8 +219,12 @@ def read_insightface(root: Path) -> pd.DataFrame:
     for column in BOX_COLUMNS:
         table[column] = np.nan
     points = read_columns(root, FIVE_POINTS, ["name", *LANDMARK_COLUMNS, "score"], np.float64) \
-        if (root / FIVE_POINTS).is_file() else pd.DataFrame(columns=["name", *LANDMARK_COLUMNS])
+        if (root / FIVE_POINTS).is_file() else pd.DataFrame(columns=["name", *LANDMARK_COLUMNS, "origin"])
     points = points.drop_duplicates("name").set_index("name")
+    found = landmark_problem(points[list(LANDMARK_COLUMNS)].to_numpy(dtype=np.float64))
+    if found is not None:
+        raise ValueError(f"{root / FIVE_POINTS}, {points['origin'].iat[found[0]]}: {found[1]}; fix or remove the "
+                         "line (without landmarks, align5 crops the whole image)")
     for column in LANDMARK_COLUMNS:
         table[column] = crops["name"].map(points[column]).astype(np.float64).to_numpy()
     return table

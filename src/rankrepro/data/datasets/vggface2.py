@@ -28,7 +28,9 @@ Choices:
   ``box_x, box_y, box_w, box_h`` from ``loose_bb_<split>.csv`` and ``lmk_x1, lmk_y1, ..., lmk_x5,
   lmk_y5`` from ``loose_landmark_<split>.csv``. They are always in the manifest; NaN where
   ``bb_landmark.tar.gz`` is absent or does not list the image. The face transforms read them
-  (box extension by 0.3 for SENet-50, 5-point alignment for ArcFace).
+  (box extension by 0.3 for SENet-50, 5-point alignment for ArcFace). A box or landmark row that is not
+  plausible (:mod:`rankrepro.data.face_geometry`: not finite, an empty box, landmarks that coincide or lie
+  far from the box) fails the prepare naming the CSV and line; no image is opened for it.
 - ``bb_landmark.tar.gz`` has no published checksum: its sha256 is recorded on first verified use.
 
 Expected counts (faces.md B.1, Smooth-AP §5.1, ox-vgg/vgg_face2 README): train 8,631 identities /
@@ -46,6 +48,8 @@ import pandas as pd
 
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
+from rankrepro.data.face_align import BOX_COLUMNS, LANDMARK_COLUMNS
+from rankrepro.data.face_geometry import box_problem, landmark_problem
 from rankrepro.data.replicas import key_rng, tiny_jpeg, write_file, write_tar
 from rankrepro.data.text_files import read_lines, text_stream
 
@@ -54,10 +58,8 @@ LISTS = {split: f"{split}_list.txt" for split in SPLITS}
 IDENTITY_META = "identity_meta.csv"
 BB_DIR = "bb_landmark"
 BB_ARCHIVE = "bb_landmark.tar.gz"
-#: the loose box of the face in the stored image: top-left corner, width, height (pixels)
-BOX_COLUMNS = ("box_x", "box_y", "box_w", "box_h")
-#: the 5 landmarks (eyes, nose, mouth corners, in the order of the source file), x then y each
-LANDMARK_COLUMNS = tuple(f"lmk_{axis}{i}" for i in range(1, 6) for axis in "xy")
+#: the loose box of the face in the stored image (``BOX_COLUMNS``: top-left corner, width, height, pixels) and
+#: its 5 landmarks (``LANDMARK_COLUMNS``: eyes, nose, mouth corners in the order of the source file, x then y each)
 FACE_COLUMNS = BOX_COLUMNS + LANDMARK_COLUMNS
 LINE_RE = re.compile(r"n(\d{6})/[^/]+\.jpg")
 
@@ -223,24 +225,37 @@ def read_list(root: Path, split: str, flags: dict[int, int]) -> pd.DataFrame:
 def read_geometry(root: Path, split: str) -> pd.DataFrame:
     """:data:`FACE_COLUMNS` indexed by ``NAME_ID`` from ``bb_landmark/loose_{bb,landmark}_<split>.csv``;
     empty when the folder is absent. Both CSVs must be there once it is; a row that is not a name and
-    numbers is an error naming the file and line."""
+    numbers, or whose box or landmarks are not plausible (:mod:`rankrepro.data.face_geometry`, the landmarks
+    against the name's box), is an error naming the file and line."""
     folder = root / BB_DIR
     if not folder.is_dir():
         return pd.DataFrame(columns=list(FACE_COLUMNS), dtype=np.float64)
-    parts = []
-    for kind, columns in (("bb", BOX_COLUMNS), ("landmark", LANDMARK_COLUMNS)):
-        file = folder / f"loose_{kind}_{split}.csv"
+    files = {kind: folder / f"loose_{kind}_{split}.csv" for kind in ("bb", "landmark")}
+    for file in files.values():
         if not file.is_file():
             raise FileNotFoundError(f"VGGFace2: {file} is missing ({BB_DIR}/ holds loose_bb_<split>.csv and "
                                     "loose_landmark_<split>.csv)")
-        parts.append(read_geometry_csv(file, columns))
-    return parts[0].join(parts[1], how="outer")
+    geometry = read_geometry_csv(files["bb"], BOX_COLUMNS).rename(columns={"line": "line_bb"}).join(
+        read_geometry_csv(files["landmark"], LANDMARK_COLUMNS).rename(columns={"line": "line_landmark"}), how="outer")
+    boxes = geometry[list(BOX_COLUMNS)].to_numpy()
+    found = box_problem(boxes)
+    if found is not None:
+        raise ValueError(f"{files['bb']}, line {int(geometry['line_bb'].iat[found[0]])}: {found[1]}; fix or "
+                         "remove the line")
+    found = landmark_problem(geometry[list(LANDMARK_COLUMNS)].to_numpy(), boxes)
+    if found is not None:
+        row = geometry.iloc[found[0]]
+        box = "" if np.isnan(row["line_bb"]) else f" (its box: {files['bb']}, line {int(row['line_bb'])})"
+        raise ValueError(f"{files['landmark']}, line {int(row['line_landmark'])}: {found[1]}{box}; fix or remove "
+                         "the line")
+    return geometry[list(FACE_COLUMNS)]
 
 
 def read_geometry_csv(file: Path, columns: tuple[str, ...]) -> pd.DataFrame:
-    """One ``loose_*`` CSV: its header, then ``NAME_ID`` (maybe quoted) and ``len(columns)`` numbers;
-    a name listed twice keeps its first row."""
-    names, values = [], []
+    """One ``loose_*`` CSV: its header, then ``NAME_ID`` (maybe quoted) and ``len(columns)`` numbers, as
+    ``columns`` and ``line`` (the row's line in the file) indexed by name; a name listed twice keeps its
+    first row."""
+    names, values, lines = [], [], []
     reader = csv.reader(text_stream(file))
     next(reader, None)
     for row in reader:
@@ -254,6 +269,8 @@ def read_geometry_csv(file: Path, columns: tuple[str, ...]) -> pd.DataFrame:
             raise ValueError(f"{file}, line {reader.line_num}: {row!r} is not NAME_ID and "
                              f"{len(columns)} numbers ({', '.join(columns)})") from None
         names.append(row[0].strip())
+        lines.append(reader.line_num)
     table = pd.DataFrame(np.asarray(values, dtype=np.float64).reshape(-1, len(columns)), index=names,
                          columns=list(columns))
+    table["line"] = lines
     return table[~table.index.duplicated()]

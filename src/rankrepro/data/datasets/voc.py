@@ -27,7 +27,10 @@ tree ``<data_root>/voc/``; the image root is its ``VOCdevkit/`` folder::
 Annotation XML, the fields read: ``size/width``, ``size/height`` and per ``object`` (document order) its
 ``name``, ``difficult`` (0/1; absent in some VOC2012 files: 0) and its own ``bndbox`` ``xmin ymin xmax
 ymax`` (not those of its ``part`` children). ``truncated``, ``pose``, parts are not kept. Without
-``size``, the image's own size is taken (as mmdetection does).
+``size``, the image's own size is taken (as mmdetection does). Every box must lie inside that size in
+VOC's 1-based inclusive pixels, ``1 <= xmin <= xmax <= width`` and the same for y (:func:`check_boxes`):
+an inverted, empty, negative or out-of-image box fails the prepare naming the XML file and the object,
+not the training later; the size is the XML's, no image is decoded.
 
 Manifest, one row per image listed in the split files (file order, the train lists first):
 
@@ -64,6 +67,7 @@ from PIL import Image
 
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
+from rankrepro.data.image_files import naming_image
 from rankrepro.data.replicas import key_rng, write_tar
 from rankrepro.data.text_files import read_lines
 
@@ -149,9 +153,11 @@ class VOC(Dataset):
             if not xml.is_file():
                 raise FileNotFoundError(f"{self.title}: {xml} is missing (image {image_id} of {file}, line {number})")
             width, height, objects = parse_annotation(xml)
-            if width is None:  # no <size>: the image's own
-                with Image.open(root / f"VOC{year}/JPEGImages/{image_id}.jpg") as image:
+            if width is None:  # no <size>: the image's own (its header only)
+                jpeg = root / f"VOC{year}/JPEGImages/{image_id}.jpg"
+                with naming_image(jpeg, f"{xml} has no <size>"), Image.open(jpeg) as image:
                     width, height = image.size
+            check_boxes(xml, width, height, objects)
             rows.append((f"VOC{year}/JPEGImages/{image_id}.jpg", split, first_class(objects),
                          f"{listed}, line {number}", encode_objects(objects), width, height, int(year), image_id))
         if not rows:
@@ -231,6 +237,31 @@ def parse_annotation(file: Path) -> tuple[int | None, int | None, list[list[int]
             raise ValueError(f"{file}: object {n} ({name}): difficult is {difficult}, expected 0 or 1")
         objects.append([CLASS_INDEX[name], *box, difficult])
     return width, height, objects
+
+
+def check_boxes(file: Path, width: int, height: int, objects: list[list[int]]) -> None:
+    """Refuse, naming ``file`` and the object, a box that is not inside the image in VOC's 1-based inclusive
+    pixels: valid is ``1 <= xmin <= xmax <= width`` and ``1 <= ymin <= ymax <= height`` (``width``, ``height``:
+    the XML's ``size``, at least 1). ``xmin == xmax`` is a box one pixel wide (valid); ``xmin > xmax`` is an empty
+    or inverted box (torchvision refuses it in training), a coordinate below 1 or past the size lies outside
+    the image. The rule is the devkit's (its top-left pixel is (1, 1)); for the real 07+12 trainval boxes,
+    py-faster-rcnn's flip of every one (an unsigned ``width - xmax``, then ``assert x2 >= x1``) already needs
+    ``xmin <= xmax <= width`` [the real files are not on this machine: not run here]."""
+    if width < 1 or height < 1:
+        raise ValueError(f"{file}: size width {width}, height {height}: expected at least 1 pixel each "
+                         "(fix the <size> of the file)")
+    for n, (index, xmin, ymin, xmax, ymax, _) in enumerate(objects, 1):
+        for low, high, side, size in ((xmin, xmax, "x", width), (ymin, ymax, "y", height)):
+            if low > high:
+                problem = f"{side}min {low} > {side}max {high}: an empty or inverted box"
+            elif low < 1 or high > size:
+                problem = (f"{side}min {low}, {side}max {high} are outside the image "
+                           f"(1 to its {'width' if side == 'x' else 'height'} {size})")
+            else:
+                continue
+            raise ValueError(f"{file}: object {n} ({CLASSES[index]}) bndbox: {problem}; VOC's boxes are 1-based "
+                             f"inclusive pixels, 1 <= xmin <= xmax <= width, 1 <= ymin <= ymax <= height "
+                             f"(the <size> of the file: {width} x {height}): fix the box or remove the object")
 
 
 def _number(file: Path, element: ET.Element | None, key: str, where: str) -> int:

@@ -35,11 +35,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 from torchvision.transforms.functional import to_tensor
 from tqdm import tqdm
 
 from rankrepro import losses
+from rankrepro.data.image_files import read_rgb
 from rankrepro.data.manifest import read_manifest
 from rankrepro.data.samplers import build_sampler
 from rankrepro.device import resolve_device
@@ -62,11 +62,14 @@ NUM_CLASSES = 21  # the 20 VOC classes and the background (index 0), mmdetection
 
 class VOCImages(torch.utils.data.Dataset):
     """Item ``(i, flip)`` of a VOC manifest: ``(image [3, H, W] RGB in [0, 1], target)``, target ``boxes`` (the
-    non-difficult objects, torchvision's continuous coordinates, mirrored when ``flip``) and ``labels`` (class + 1)."""
+    non-difficult objects, torchvision's continuous coordinates, mirrored when ``flip``) and ``labels`` (class + 1).
+    An unreadable image raises :class:`~rankrepro.data.image_files.ImageReadError` naming the file and its manifest
+    row, as the retrieval reader does (:func:`~rankrepro.data.image_files.read_rgb`)."""
 
     def __init__(self, manifest):
         self.root = Path(manifest.meta["root"])
         self.paths = manifest.table["path"].tolist()
+        self.describe_row = manifest.describe_row
         self.objects = [np.asarray(json.loads(o), dtype=np.float64).reshape(-1, 6) for o in manifest.table["objects"]]
 
     def __len__(self) -> int:
@@ -74,7 +77,7 @@ class VOCImages(torch.utils.data.Dataset):
 
     def __getitem__(self, item):
         i, flip = item
-        image = to_tensor(Image.open(self.root / self.paths[i]).convert("RGB"))
+        image = to_tensor(read_rgb(self.root / self.paths[i], self.describe_row(i)))
         kept = self.objects[i][self.objects[i][:, 5] == 0]
         boxes = torch.as_tensor(from_voc_convention(kept[:, 1:5]), dtype=torch.float32).reshape(-1, 4)
         if flip:
