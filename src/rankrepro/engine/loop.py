@@ -108,10 +108,10 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, settings: Jo
     history: list[dict] = []
     start, resumed = 0, None
 
-    state = load_checkpoint(ckpt_path)
+    state = load_checkpoint(ckpt_path, run_id, model=model, criterion=criterion)  # None: none, or one set aside
     if state is not None:
-        history, start, resumed = restore(state, ckpt_path, run_id, model=model, criterion=criterion,
-                                          optimizer=optimizer, scheduler=scheduler, scaler=scaler)
+        history, start, resumed = restore(state, ckpt_path, model=model, criterion=criterion, optimizer=optimizer,
+                                          scheduler=scheduler, scaler=scaler)
         where = (f"epoch {resumed.epoch + 1} after its first {resumed.batches} batches" if resumed
                  else f"the end of epoch {start}")
         print(f"resuming {run_id} from {ckpt_path} at {where}", file=sys.stderr)

@@ -18,7 +18,7 @@ import torch
 
 from rankrepro.io import atomic_path, atomic_write_text
 from rankrepro.models import MODELS, build_model
-from rankrepro.torchfile import TorchFileError, load_plain
+from rankrepro.torchfile import TorchFileError, load_plain, state_dict_mismatch
 
 __all__ = ["HISTORY_FIELDS", "MODEL_FILE", "RETRAIN", "history_csv", "history_row", "load_model", "save_model"]
 
@@ -69,8 +69,11 @@ def save_model(out_dir: str | Path, run_id: str, run: dict, model, criterion_sta
 
 def load_model(model_path: str | Path, device: torch.device, context: dict | None = None):
     """The model saved in ``model_path``, built from its ``model_cfg`` (``pretrained: none`` where the model takes
-    it: the file holds the weights) with the builder's ``context`` (e.g. a detector's ``num_classes``), its weights loaded, on ``device``. An
-    unusable file raises :class:`~rankrepro.torchfile.TorchFileError` naming it and saying to retrain."""
+    it: the file holds the weights) with the builder's ``context`` (e.g. a detector's ``num_classes``), its weights
+    loaded, on ``device``. An unusable file -- unreadable (truncated), refused (not tensors and plain data), or
+    weights that do not fit the model (keys missing or unexpected, shapes; listed) -- raises
+    :class:`~rankrepro.torchfile.TorchFileError` naming it and saying to retrain (:data:`RETRAIN`); it is left in
+    place: an evaluation never retrains."""
     state = load_plain(model_path, remedy=RETRAIN)
     if not isinstance(state, dict) or not {"model_cfg", "state_dict"} <= state.keys():
         raise TorchFileError(Path(model_path), "not a model file of this version (no model_cfg and state_dict)",
@@ -79,5 +82,9 @@ def load_model(model_path: str | Path, device: torch.device, context: dict | Non
     if "pretrained" in MODELS.get(cfg.get("name")).parameters():  # the weights are the file's: none read
         cfg["pretrained"] = "none"
     model = build_model(cfg, context=context)
+    mismatch = state_dict_mismatch(model, state["state_dict"])
+    if mismatch:
+        raise TorchFileError(Path(model_path), "its weights do not fit the model its model_cfg builds (written by "
+                             f"another version of the code, or edited): {mismatch}", RETRAIN)
     model.load_state_dict(state["state_dict"])
     return model.to(device)
