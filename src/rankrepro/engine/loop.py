@@ -16,7 +16,8 @@ The loop does what every task shares; the task gives its parts, its batches and 
   position inside the epoch, every RNG and the task's own state) after every epoch, every
   ``runtime.checkpoint_minutes`` inside one and on SIGTERM (:mod:`rankrepro.engine.preemption`; then
   :class:`~rankrepro.engine.preemption.TrainingStopped`); a job that finds it resumes at the step where it was
-  written, exactly; it is removed once the final outputs exist;
+  written, exactly (one it cannot resume from is moved aside with a warning and the run starts over:
+  :mod:`rankrepro.engine.checkpoint`); it is removed once the final outputs exist;
 - ``max_batches_per_epoch`` ends an epoch early (smoke runs on replicas; null: the sampler's whole epoch);
 - ``history.csv`` and ``model.pt`` (:mod:`rankrepro.engine.model_file`).
 
