@@ -16,8 +16,10 @@ from pathlib import Path
 
 import torch
 
+from rankrepro.messages import ShortMessage
 
-class TorchFileError(RuntimeError):
+
+class TorchFileError(ShortMessage, RuntimeError):
     """A torch file that cannot be used: ``path``, ``reason`` (why) and what to do, in the message."""
 
     def __init__(self, path: Path, reason: str, remedy: str):

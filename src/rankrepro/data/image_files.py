@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from PIL import Image
 
+from rankrepro.messages import ShortMessage
+
 __all__ = ["READ_ERRORS", "ImageReadError"]
 
 # what PIL raises on a truncated, corrupt or unidentifiable file (UnidentifiedImageError is an OSError)
 READ_ERRORS = (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError)
 
 
-class ImageReadError(OSError):
+class ImageReadError(ShortMessage, OSError):
     """An image of a manifest could not be read; the message names the file and the manifest row."""
