@@ -115,10 +115,11 @@ def test_the_full_config_builds_hgldv2_scrape_to_compare(tmp_path):
     inputs = rebuilt.split("rule ")[1].split("output:")[0]
     assert "results/manifests/gldv2/meta.json" in inputs and "results/hgldv2/labels/index_label_to_hierarchical.csv" in inputs
     bad = smk(wf, "-n", "--cores", "1", "--config", 'hgldv2={"build": true, "kmeans": {"k": 5}}')
-    assert bad.returncode != 0 and "On instance['hgldv2']['build']" in bad.stderr + bad.stdout
+    assert bad.returncode != 0 and "invalid plan: config: hgldv2.build: " in bad.stderr + bad.stdout
     (wf / "bad.yaml").write_text("hgldv2:\n  kmeans:\n    k: five\n")
     bad = smk(wf, "-n", "--cores", "1", "--configfile", "bad.yaml")
-    assert bad.returncode != 0 and "On instance['hgldv2']['kmeans']['k']" in bad.stderr + bad.stdout
+    assert bad.returncode != 0 and "invalid plan: config: hgldv2.kmeans.k: 'five' is not of type 'integer'" in (
+        bad.stderr + bad.stdout)
 
 
 @pytest.mark.slow

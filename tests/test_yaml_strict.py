@@ -1,6 +1,6 @@
 """Every YAML the project reads refuses a repeated key (PyYAML keeps the last one silently), naming the
 file and the line: setups, table specs, planned.yaml, schemas, the H-GLDv2 YAMLs and the config files
-Snakemake loads itself (re-checked when the plan is made)."""
+Snakemake loads itself (read by the Snakefile first: rankrepro.plan.schema.check_config_files)."""
 
 import subprocess
 import sys

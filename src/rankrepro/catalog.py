@@ -22,6 +22,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from rankrepro.messages import ShortMessage
+
 __all__ = ["REGISTRIES", "COMPONENTS", "OPTIONAL_COMPONENTS", "NAME_REFS", "CATALOG_PATH", "load", "live", "write", "diff", "CatalogError"]
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
@@ -57,7 +59,7 @@ OPTIONAL_COMPONENTS = {("base_loss",), ("model", "pooling")}  # pooling: a model
 NAME_REFS = {("dataset",): "dataset", ("model", "backbone"): "backbone", ("task",): "task"}
 
 
-class CatalogError(RuntimeError):
+class CatalogError(ShortMessage, RuntimeError):
     """The committed catalog does not describe the code."""
 
 

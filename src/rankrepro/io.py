@@ -1,5 +1,7 @@
-"""Atomic file writes (a killed job never leaves a half-written output), :func:`link_or_copy`, the CSV text/table helpers and the
-one YAML loader of the package (:func:`load_yaml`: a key given twice is an error, not last-wins)."""
+"""Atomic file writes (a killed job never leaves a half-written output), :func:`link_or_copy`, the CSV text/table helpers,
+the one YAML loader of the package (:func:`load_yaml`: a key given twice is an error, not last-wins; aliases add at
+most :data:`MAX_ALIAS_NODES` values) and the readers of a user's YAML or JSON file that must hold a mapping
+(:func:`load_yaml_mapping`, :func:`load_json_mapping`): each error names the file, and the line where it has one."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
+
+from rankrepro.messages import ShortMessage
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -140,15 +144,116 @@ class StrictLoader(_BASE_LOADER):
         return super().construct_mapping(node, deep)
 
 
-def load_yaml(path: str | Path, where: str | None = None):
-    """The YAML data of ``path`` (the safe loader); a :class:`ValueError` naming the file (``where``, default
-    ``path``) -- and the line of a key given twice, ``<file>:<line>: key 'k' appears twice (first on line
-    <n>)`` -- when it does not parse. OSError (a missing file) propagates."""
-    where = where or str(path)
-    text = Path(path).read_text(encoding="utf-8")
+class FileFormatError(ShortMessage, ValueError):
+    """A file that does not hold what its reader expects (not UTF-8, not YAML or JSON, YAML aliases past
+    :data:`MAX_ALIAS_NODES`, not a mapping); the message names the file, and the line where it has one. The CLI
+    prints it without a traceback (:func:`rankrepro.cli.run`)."""
+
+
+#: the most values (scalars, lists and mappings) the aliases (``*name``) of one YAML file may add once expanded,
+#: those of the anchors they repeat included. The project's files hold at most 949 values
+#: (src/rankrepro/hgldv2/curation.yaml; config.yaml 247) and their aliases add at most 153
+#: (src/rankrepro/plan/setups/suprank.yaml; config.yaml none): the bound is ~650x that, and a config whose
+#: aliases add 90,000 values is still refused by its schema in 1.2 s and 50 MB (`python -m rankrepro plan`,
+#: measured). Anchors that repeat anchors multiply: 8 levels of 10 aliases ("billion laughs") are 10^8 values
+#: in 1 kB.
+MAX_ALIAS_NODES = 100_000
+
+
+def _check_aliases(text: str, where: str) -> None:
+    """A :class:`FileFormatError` naming ``where`` and the alias's line when the aliases of the YAML ``text`` add
+    more than :data:`MAX_ALIAS_NODES` values once expanded, or when an alias lies inside its own anchor (a value
+    that contains itself). Reads the parser's events once, counting each anchor's values: linear in the text,
+    whatever the value would expand to."""
+    if "*" not in text:  # no alias
+        return
+    anchors: dict[str, tuple[int, int]] = {}  # an anchor's values (those of its aliases included), its line
+    open_nodes: list[list] = []  # [anchor, line, values so far] of each list or mapping being read
+    added = 0
+    for event in yaml.parse(text, Loader=_BASE_LOADER):
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.CollectionStartEvent):
+            open_nodes.append([event.anchor, line, 1])
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            anchor, start, values = open_nodes.pop()
+        elif isinstance(event, yaml.ScalarEvent):
+            anchor, start, values = event.anchor, line, 1
+        elif isinstance(event, yaml.AliasEvent):
+            anchor = None
+            if any(node[0] == event.anchor for node in open_nodes):
+                raise FileFormatError(f"{where}:{line}: alias *{event.anchor} lies inside its own anchor "
+                                      f"&{event.anchor}: a value that contains itself; write the value out")
+            values, start = anchors.get(event.anchor, (1, line))  # an undefined alias: the loader says so
+            added += values
+            if added > MAX_ALIAS_NODES:
+                raise FileFormatError(f"{where}:{line}: alias *{event.anchor} (anchor on line {start}) repeats "
+                                      f"{values:,} values: the file's aliases would add {added:,} values, more than "
+                                      f"the {MAX_ALIAS_NODES:,} allowed (anchors that repeat anchors multiply); "
+                                      "write the values out, or use fewer aliases")
+        else:
+            continue
+        if anchor:
+            anchors[anchor] = (values, start)
+        if open_nodes:
+            open_nodes[-1][2] += values
+
+
+def _read_text(path: str | Path, where: str) -> str:
+    """The UTF-8 text of ``path``; a :class:`FileFormatError` naming ``where`` and the byte when it is not UTF-8.
+    OSError (a missing file) propagates."""
+    data = Path(path).read_bytes()
     try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise FileFormatError(f"{where}: not UTF-8 text (byte {err.start}: {data[err.start:err.start + 1]!r}); "
+                              "save it as UTF-8") from None
+
+
+def load_yaml(path: str | Path, where: str | None = None):
+    """The YAML data of ``path`` (the safe loader); a :class:`FileFormatError` naming the file (``where``, default
+    ``path``) -- and the line of a key given twice, ``<file>:<line>: key 'k' appears twice (first on line
+    <n>)``, or of an alias past :data:`MAX_ALIAS_NODES` -- when it is not UTF-8 or does not parse. OSError (a
+    missing file) propagates."""
+    where = where or str(path)
+    text = _read_text(path, where)
+    try:
+        _check_aliases(text, where)
         return yaml.load(text, Loader=StrictLoader)
     except DuplicateKeyError as err:
-        raise ValueError(f"{where}:{err.line}: {err.problem}") from None
+        raise FileFormatError(f"{where}:{err.line}: {err.problem}") from None
     except yaml.YAMLError as err:
-        raise ValueError(f"{where}: not valid YAML: {err}") from None
+        raise FileFormatError(f"{where}: not valid YAML: {err}") from None
+
+
+_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def expect_mapping(data, where: str, *, allow_empty: bool = False) -> dict:
+    """``data``, read from the file ``where``, when it is a mapping (``{}`` for an empty file where
+    ``allow_empty``); else a :class:`FileFormatError` naming the file and what it holds instead."""
+    if data is None and allow_empty:
+        return {}
+    if isinstance(data, dict):
+        return data
+    found = "is empty" if data is None else f"holds {_KINDS.get(type(data), f'a {type(data).__name__}')}"
+    raise FileFormatError(f"{where}: must be a mapping of keys to values (key: value), but {found}")
+
+
+def load_yaml_mapping(path: str | Path, where: str | None = None, *, allow_empty: bool = False) -> dict:
+    """:func:`load_yaml` of a file that must hold a mapping (:func:`expect_mapping`)."""
+    where = where or str(path)
+    return expect_mapping(load_yaml(path, where), where, allow_empty=allow_empty)
+
+
+def load_json_mapping(path: str | Path, where: str | None = None) -> dict:
+    """The JSON object of ``path``; a :class:`FileFormatError` naming the file (``where``, default ``path``) when it
+    is not UTF-8, not JSON (with the line and column) or not an object (:func:`expect_mapping`). OSError (a
+    missing file) propagates."""
+    where = where or str(path)
+    text = _read_text(path, where)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise FileFormatError(f"{where}:{err.lineno}: not valid JSON: {err.msg} (column {err.colno})") from None
+    return expect_mapping(data, where)

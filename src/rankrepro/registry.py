@@ -34,6 +34,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from rankrepro.messages import ShortMessage, short_text
+
 __all__ = ["Registry", "Entry", "Parameter", "signature_parameters", "UnknownNameError", "ParameterError", "json_types",
            "check_json_type", "check_parameters", "PositiveInt", "AtLeastTwoInt", "NonNegativeInt", "PositiveFloat", "NonNegativeFloat"]
 
@@ -42,10 +44,10 @@ class UnknownNameError(KeyError, ValueError):
     """A name that is not registered (a KeyError and a ValueError); the message lists the known ones."""
 
     def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
+        return short_text(str(self.args[0])) if self.args else ""
 
 
-class ParameterError(TypeError, ValueError):
+class ParameterError(ShortMessage, TypeError, ValueError):
     """Parameters a builder does not accept, lacks or gets with the wrong type."""
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from rankrepro.messages import ShortMessage
+
 __all__ = ["TorchFileError", "UnreadableTorchFileError", "UnsafeTorchFileError", "load_plain", "refused_object",
            "state_dict_mismatch"]
 
@@ -29,7 +31,8 @@ LISTED_KEYS = 5
 QUOTED_CHARS = 200
 
 
-class TorchFileError(RuntimeError):
+
+class TorchFileError(ShortMessage, RuntimeError):
     """A torch file that cannot be used: ``path``, ``reason`` (why) and what to do, in the message."""
 
     def __init__(self, path: Path, reason: str, remedy: str):

@@ -7,12 +7,12 @@ from snakemake.exceptions import WorkflowError
 
 from rankrepro.plan.build import plan_from_config, write_plan
 from rankrepro.plan.model import Plan
-from rankrepro.plan.schema import PlanError, check_yaml_files
+from rankrepro.plan.schema import PlanError
 from rankrepro.plan.targets import HGLDV2_DIR, STAGED_DIR, TargetError, WorkflowTargets
 from rankrepro.tables.index import ESTIMATE_GPU
 
-try:  # validates config (the schema, its defaults filled in) as `python -m rankrepro plan` does
-    check_yaml_files(workflow.configfiles)  # Snakemake's own loader keeps the last of a key given twice
+try:  # validates config (the schema, its defaults filled in) as `python -m rankrepro plan` does; the Snakefile
+    # read its config files with the package's loader first (rankrepro.plan.schema.check_config_files)
     _PLAN_JSON = plan_from_config(config)
 except PlanError as err:
     raise WorkflowError(f"invalid plan: {err}") from None

@@ -47,12 +47,12 @@ def cases(config: str | Path = "config.yaml") -> list[dict]:
     from rankrepro.catalog import load as load_catalog
     from rankrepro.plan.build import plan_from_config
     from rankrepro.plan.planner import resolve_run
-    from rankrepro.plan.schema import PlanError, load_yaml
+    from rankrepro.plan.schema import PlanError, load_yaml_mapping
     from rankrepro.plan.setups import load_setups
     from rankrepro.record.tasks import DEFAULT_TASK, facts_of, throughput_network
 
     smooth_ap = resolve_run("suprank_sop", {"name": "smooth_ap"})["loss"]
-    runs = list(plan_from_config(load_yaml(Path(config)))["runs"].values())
+    runs = list(plan_from_config(load_yaml_mapping(Path(config)))["runs"].values())
     for name in load_setups():
         try:
             runs.append(resolve_run(name, {"name": "smooth_ap"}))

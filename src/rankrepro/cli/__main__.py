@@ -1,3 +1,3 @@
-from rankrepro.cli import main
+from rankrepro.cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())

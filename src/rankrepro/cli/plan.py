@@ -10,10 +10,10 @@ from pathlib import Path
 
 def cmd_plan(args) -> None:
     from rankrepro.plan.build import plan_from_config, write_plan
-    from rankrepro.plan.schema import PlanError, load_yaml
+    from rankrepro.plan.schema import PlanError, load_yaml_mapping
 
     try:  # validates the config as the Snakefile does (the same function)
-        plan = plan_from_config(load_yaml(Path(args.config)))
+        plan = plan_from_config(load_yaml_mapping(Path(args.config)))
     except PlanError as err:
         sys.exit(f"invalid plan: {err}")
     path = write_plan(plan, args.out).plan
@@ -30,10 +30,10 @@ def add_plan(sub) -> None:
 def cmd_cost(args) -> None:
     from rankrepro.plan.build import plan_from_config
     from rankrepro.plan.cost import CountsError, ProfileError, plan_cost, to_text
-    from rankrepro.plan.schema import PlanError, load_yaml
+    from rankrepro.plan.schema import PlanError, load_yaml_mapping
 
     try:
-        config = load_yaml(Path(args.config))
+        config = load_yaml_mapping(Path(args.config))
         gpu = args.gpu or (config.get("cluster") or {}).get("gpu", "h100")
         cost = plan_cost(plan_from_config(config), gpu, args.results)
     except (PlanError, ProfileError, CountsError) as err:
@@ -56,15 +56,16 @@ def add_cost(sub) -> None:
 def _recipe_plan(args):
     """The plan ``recipe`` reads, and how messages name it: the ``--plan`` file, else the plan of
     ``--config`` (:func:`~rankrepro.plan.build.plan_from_config`, as ``plan`` and ``cost``)."""
+    from rankrepro.io import FileFormatError
     from rankrepro.plan.build import plan_from_config
     from rankrepro.plan.model import Plan
-    from rankrepro.plan.schema import PlanError, load_yaml
+    from rankrepro.plan.schema import PlanError, load_yaml_mapping
 
     try:
         if args.plan:
             return Plan.load(args.plan), args.plan
-        return Plan.from_json(plan_from_config(load_yaml(Path(args.config)))), f"the plan of {args.config}"
-    except PlanError as err:
+        return Plan.from_json(plan_from_config(load_yaml_mapping(Path(args.config)))), f"the plan of {args.config}"
+    except (PlanError, FileFormatError) as err:  # each names the file
         sys.exit(f"recipe: {err}")
     except (OSError, ValueError, KeyError) as err:  # a plan file missing, not JSON, or not a plan
         sys.exit(f"recipe: {args.plan}: not a readable plan file ({type(err).__name__}: {err})")

@@ -12,7 +12,11 @@ from rankrepro.record.runtime import add_runtime_flags
 
 
 def _json(path: str) -> dict:
-    return json.loads(Path(path).read_text())
+    """The JSON object of a run's record or plan file (:func:`rankrepro.io.load_json_mapping`: an error naming the
+    file when it is not one)."""
+    from rankrepro.io import load_json_mapping
+
+    return load_json_mapping(path)
 
 
 def cmd_write_run(args) -> None:

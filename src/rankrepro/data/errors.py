@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 
+from rankrepro.messages import ShortMessage
+
 __all__ = ["DownloadError", "ChecksumError", "ManualDownloadRequired", "exit_codes", "EXIT_CHECKSUM", "EXIT_MANUAL",
            "EXIT_DOWNLOAD"]
 
@@ -18,7 +20,7 @@ __all__ = ["DownloadError", "ChecksumError", "ManualDownloadRequired", "exit_cod
 EXIT_CHECKSUM, EXIT_MANUAL, EXIT_DOWNLOAD = 3, 4, 5
 
 
-class DownloadError(RuntimeError):
+class DownloadError(ShortMessage, RuntimeError):
     """A download failed; the message names the URL."""
 
 
@@ -26,7 +28,7 @@ class ChecksumError(DownloadError):
     """A file did not match its checksum (final: downloading again gives the same bytes)."""
 
 
-class ManualDownloadRequired(RuntimeError):
+class ManualDownloadRequired(ShortMessage, RuntimeError):
     """Files a licence keeps us from downloading are missing or wrong."""
 
 

@@ -12,13 +12,15 @@ from pathlib import Path
 
 from PIL import Image
 
+from rankrepro.messages import ShortMessage
+
 __all__ = ["READ_ERRORS", "ImageReadError", "naming_image", "read_rgb"]
 
 # what PIL raises on a truncated, corrupt or unidentifiable file (UnidentifiedImageError is an OSError)
 READ_ERRORS = (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError)
 
 
-class ImageReadError(OSError):
+class ImageReadError(ShortMessage, OSError):
     """An image of a manifest could not be read (or cropped); the message names the file and the manifest row."""
 
 

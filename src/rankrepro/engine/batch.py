@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rankrepro.io import atomic_write_json, link_or_copy
+from rankrepro.messages import ShortMessage
 from rankrepro.record.selection import CURVE_FILE
 
 __all__ = ["OPTIONAL_STAGED_FILES", "STAGED_FILES", "AdoptError", "BatchRunsFailed", "adopt", "is_staged", "train_batch"]
@@ -38,7 +39,7 @@ STAGED_FILES = ("model.pt", "history.csv", "metrics.json", "curve.png")
 OPTIONAL_STAGED_FILES = (CURVE_FILE,)
 
 
-class BatchRunsFailed(RuntimeError):
+class BatchRunsFailed(ShortMessage, RuntimeError):
     """Runs of a batch failed (the others are staged); the message names each with its error."""
 
     def __init__(self, record: str | Path, failed: dict[str, str], total: int, staged_dir: str | Path):
@@ -48,7 +49,7 @@ class BatchRunsFailed(RuntimeError):
                          f"staged in {staged_dir}; a retry trains only the missing ones):\n" + "\n".join(lines))
 
 
-class AdoptError(RuntimeError):
+class AdoptError(ShortMessage, RuntimeError):
     """A run's staged files cannot be adopted; the message names the record and the run."""
 
 

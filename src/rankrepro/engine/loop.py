@@ -48,12 +48,13 @@ from rankrepro.engine.model_file import history_row, save_model
 from rankrepro.engine.optim import build_optimizer, build_scheduler
 from rankrepro.engine.preemption import CheckpointTimer, EpochProgress, StopSignal, TrainingStopped
 from rankrepro.engine.tasks import Task, task_of
+from rankrepro.messages import ShortMessage
 from rankrepro.record.runtime import JobSettings
 
 __all__ = ["NonFiniteLossError", "optimise", "seed_everything", "train"]
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(ShortMessage, RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 

@@ -63,6 +63,7 @@ from rankrepro import __version__
 from rankrepro.data.text_files import text_stream
 from rankrepro.hgldv2.answers import answer_problem
 from rankrepro.io import atomic_path, atomic_write_json, atomic_write_text
+from rankrepro.messages import ShortMessage
 from rankrepro.retry_after import parse_retry_after
 
 COMMONS_API = "https://commons.wikimedia.org/w/api.php"
@@ -87,7 +88,7 @@ def default_user_agent(contact: str | None = None) -> str:
     return f"rankrepro-hgldv2-bot/{__version__} ({who}) python-requests/{requests.__version__}"
 
 
-class ApiError(RuntimeError):
+class ApiError(ShortMessage, RuntimeError):
     """A request the API refused for good (or kept failing after every retry)."""
 
 

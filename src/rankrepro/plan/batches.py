@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
 
+from rankrepro.messages import ShortMessage
+
 __all__ = ["BatchError", "train_batches"]
 
 
-class BatchError(ValueError):
+class BatchError(ShortMessage, ValueError):
     """An invalid batch size (the message names the config key)."""
 
 

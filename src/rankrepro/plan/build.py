@@ -20,7 +20,8 @@ from pathlib import Path
 from rankrepro.hgldv2.prompt import check_prompt
 from rankrepro.plan.model import Plan, TablePlan, run_record
 from rankrepro.plan.planner import Planner
-from rankrepro.plan.schema import SCHEMA_DIR, PlanError, fill_schema_defaults, load_schema, validate
+from rankrepro.plan.schema import (SCHEMA_DIR, PlanError, fill_schema_defaults, load_schema, schema_error_text,
+                                   validate)
 from rankrepro.plan.setups import load_setups
 from rankrepro.plan.specs import SPECS_DIR, load_spec, spec_names
 from rankrepro.tables.kinds import spec_kind
@@ -142,14 +143,18 @@ def plan_hgldv2(hgldv2: dict | None, datasets: dict, schema_dir: str | Path = SC
 def validate_config(config: dict) -> None:
     """Validate a configuration against ``schemas/config.schema.yaml`` (unknown keys are errors) and
     write the schema's defaults into it, as ``snakemake.utils.validate`` does in a Snakefile (the same
-    function: its messages and its defaults); a :class:`PlanError` with jsonschema's message."""
+    function: its defaults); a :class:`PlanError` naming the key (:func:`~rankrepro.plan.schema.schema_error_text`:
+    Snakemake's own message prints the whole schema and the whole value)."""
+    from jsonschema import ValidationError
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate as snakemake_validate
 
     try:
         snakemake_validate(config, schema=str(SCHEMA_DIR / "config.schema.yaml"))
     except WorkflowError as err:
-        raise PlanError(f"config: {err}") from None
+        error = err.__context__  # the error Snakemake's message quotes, raised while handling it
+        raise PlanError(schema_error_text(error, "config") if isinstance(error, ValidationError)
+                        else f"config: {err}") from None
 
 
 def plan_from_config(config: dict) -> dict:

@@ -20,7 +20,7 @@ import json
 from rankrepro.catalog import COMPONENTS, NAME_REFS, OPTIONAL_COMPONENTS
 from rankrepro.plan.groups import complete_groups
 from rankrepro.plan.merge import get_path, origin_of
-from rankrepro.plan.schema import PlanError, Schemas, dotted, fill_schema_defaults, first_error
+from rankrepro.plan.schema import PlanError, Schemas, dotted, fill_schema_defaults, first_error, schema_problem
 from rankrepro.record.tasks import DEFAULT_TASK, facts_of
 from rankrepro.registry import ParameterError, check_parameters
 
@@ -107,7 +107,7 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
             missing = error.message.split("'")[1] if "'" in error.message else error.message
             raise PlanError(f"{_where(origins, path, context) if path else origin_of(origins, ()) + context}: "
                             f"{missing!r} is required and given by no setup, spec or override")
-        raise PlanError(f"{_where(origins, path, context)}: {error.message}")
+        raise PlanError(f"{_where(origins, path, context)}: {schema_problem(error)}")
     for path, kind in NAME_REFS.items():
         name = get_path(run, path)
         if path == ("model", "backbone") and (name is None or run["task"] in catalog["task"] and

@@ -22,10 +22,11 @@ What a table is computed from, what it reads and renders, is its kind's
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rankrepro.io import FileFormatError, load_json_mapping
+from rankrepro.messages import short_repr
 from rankrepro.plan.schema import PlanError
 from rankrepro.tables.kinds import spec_kind
 from rankrepro.tables.kinds.base import TableKind
@@ -46,6 +47,18 @@ def run_record(run: dict, run_id: str) -> dict:
     return {**run, RUN_ID_KEY: run_id}
 
 
+def load_plan_file(path: str | Path, keys, what: str) -> dict:
+    """The JSON object of a plan file at ``path`` (:func:`rankrepro.io.load_json_mapping`) that has each of
+    ``keys``; a :class:`~rankrepro.io.FileFormatError` naming the file, and the keys it lacks, otherwise (``what``:
+    how the message names such a file)."""
+    data = load_json_mapping(path)
+    missing = [key for key in keys if key not in data]
+    if missing:
+        raise FileFormatError(f"{path}: not a {what} file: it has no {', '.join(map(repr, missing))} key "
+                              "(results/plan/ holds the files `python -m rankrepro plan` writes)")
+    return data
+
+
 def check_run_record(record, where: str, run_id: str) -> dict:
     """``record`` (a run.json or a plan's run file, read from ``where``) when it holds run ``run_id``: its
     :data:`RUN_ID_KEY` is that id and the run hashes to it (:func:`rankrepro.plan.complete.run_id`);
@@ -54,7 +67,7 @@ def check_run_record(record, where: str, run_id: str) -> dict:
 
     if not isinstance(record, dict) or record.get(RUN_ID_KEY) != run_id:
         found = record.get(RUN_ID_KEY) if isinstance(record, dict) else type(record).__name__
-        raise PlanError(f"{where}: holds run {found!r}, not {run_id}")
+        raise PlanError(f"{where}: holds run {short_repr(found)}, not {run_id}")
     run = {k: v for k, v in record.items() if k != RUN_ID_KEY}
     if hash_id(run) != run_id:
         raise PlanError(f"{where}: its content hashes to {hash_id(run)}, not to its id {run_id} (edited by hand? "
@@ -92,8 +105,8 @@ class TablePlan:
 
     @classmethod
     def load(cls, path: str | Path) -> TablePlan:
-        """The table plan of a ``results/plan/tables/<paper>/<table>.<hash>.json``."""
-        return cls.from_json(json.loads(Path(path).read_text()))
+        """The table plan of a ``results/plan/tables/<paper>/<table>.<hash>.json`` (:func:`load_plan_file`)."""
+        return cls.from_json(load_plan_file(path, ("paper", "table", "spec"), "table plan"))
 
     def to_json(self) -> dict:
         out = {"paper": self.paper, "table": self.table, "spec": self.spec, "cells": self.cells, "runs": self.runs}
@@ -160,8 +173,8 @@ class Plan:
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
-        """The plan of a ``plan.json``."""
-        return cls.from_json(json.loads(Path(path).read_text()))
+        """The plan of a ``results/plan/plan.<hash>.json`` (:func:`load_plan_file`)."""
+        return cls.from_json(load_plan_file(path, ("tables",), "plan"))
 
     def to_json(self) -> dict:
         out = {"runs": self.runs, "tables": {key: t.to_json() for key, t in self.tables.items()},

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rankrepro.plan.merge import merge_layers
-from rankrepro.plan.schema import PlanError, load_yaml
+from rankrepro.plan.schema import PlanError, load_yaml_mapping
 from rankrepro.plan.setups import Setup, setup_layers
 
 __all__ = ["PLANNED_FILE", "dataset_pending", "load_planned", "run_pending"]
@@ -20,7 +20,7 @@ PLANNED_FILE = Path(__file__).resolve().parent / "planned.yaml"
 
 def load_planned(path: Path = PLANNED_FILE) -> dict:
     """Names planned but not implemented yet: ``{"setups": {...}, "datasets": {...}, "losses": {...}}``."""
-    data = load_yaml(path) or {}
+    data = load_yaml_mapping(path, allow_empty=True)
     return {k: set(data.get(k) or ()) for k in ("setups", "datasets", "losses")}
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rankrepro.io import load_yaml
+from rankrepro.io import expect_mapping, load_yaml_mapping
 
 __all__ = ["PROFILE_CONFIGFILE", "profile_configfile"]
 
@@ -36,12 +36,14 @@ def _profiles_in(argv: list[str]) -> list[Path]:
 def profile_configfile(config: dict, argv: list[str]) -> str | None:
     """The settings file of the profile in use, removed from ``config`` (it is no setting): the value
     of ``config[PROFILE_CONFIGFILE]``, else that of the ``config:`` of a ``--profile`` folder in ``argv``
-    (its ``config.yaml``), else None. A named file that does not exist is a ValueError naming it."""
+    (its ``config.yaml``), else None. A named file that does not exist, or a profile file or ``config:`` that
+    is no mapping, is a ValueError naming it."""
     path = config.pop(PROFILE_CONFIGFILE, None)
     for folder in _profiles_in(argv) if path is None else ():
         profile = folder / "config.yaml"
         if profile.is_file():
-            path = ((load_yaml(profile) or {}).get("config") or {}).get(PROFILE_CONFIGFILE)
+            settings = load_yaml_mapping(profile, allow_empty=True).get("config")
+            path = expect_mapping(settings, f"{profile}: config", allow_empty=True).get(PROFILE_CONFIGFILE)
             if path:
                 break
     if path is not None and not Path(path).is_file():

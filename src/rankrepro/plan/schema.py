@@ -1,4 +1,4 @@
-"""Schemas, YAML loading and validation errors that name the file and key.
+"""Schemas, YAML loading and validation errors that name the file and key (the value they quote cut short).
 
 The schemas (``schemas/<name>.schema.yaml`` in this package: ``config``, ``run``, ``setups``,
 ``table``) ship with the package, so an installed rankrepro plans without a checkout.
@@ -8,13 +8,16 @@ The schemas (``schemas/<name>.schema.yaml`` in this package: ``config``, ``run``
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
 from rankrepro import io
+from rankrepro.messages import VALUE_LIMIT, ShortMessage, short_text
 
-__all__ = ["SCHEMA_DIR", "TEXT_HINT", "PlanError", "Schemas", "check_yaml_files", "fill_schema_defaults", "first_error",
-           "load_schema", "load_yaml", "rel_path", "validate"]
+__all__ = ["SCHEMA_DIR", "TEXT_HINT", "PlanError", "Schemas", "check_config_files", "fill_schema_defaults",
+           "first_error", "load_schema", "load_yaml", "load_yaml_mapping", "rel_path", "schema_error_text",
+           "schema_problem", "validate"]
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 
@@ -22,7 +25,7 @@ TEXT_HINT = (" (snakemake --config passes nested values as text: put run_overrid
              "--configfile, or edit config.yaml)")
 
 
-class PlanError(ValueError):
+class PlanError(ShortMessage, ValueError):
     """A config, setup or spec that cannot make a valid run; the message names the file and key."""
 
 
@@ -34,23 +37,40 @@ def rel_path(path: Path) -> str:
         return str(path)
 
 
-def load_yaml(path: Path):
-    """The YAML data of ``path`` (:func:`rankrepro.io.load_yaml`: a key given twice is an error);
-    :class:`PlanError` naming the file (and line) when it cannot be read or parsed."""
+@contextmanager
+def _plan_errors(path):
+    """A file's read or format error (:class:`~rankrepro.io.FileFormatError`) as a :class:`PlanError` naming it."""
     try:
-        return io.load_yaml(path, rel_path(Path(path)))
+        yield
     except ValueError as err:
         raise PlanError(str(err)) from None
     except OSError as err:
         raise PlanError(f"{path}: cannot read: {err.strerror}") from None
 
 
-def check_yaml_files(paths) -> None:
-    """Parse every file of ``paths`` with the package's loader: :class:`PlanError` naming the file and line
-    of a key given twice. For the config files Snakemake loads with its own loader (last key wins):
-    the workflow's bootstrap calls it on ``workflow.configfiles``."""
+def load_yaml(path: Path):
+    """The YAML data of ``path`` (:func:`rankrepro.io.load_yaml`: a key given twice, or aliases past its bound,
+    are errors); :class:`PlanError` naming the file (and line) when it cannot be read or parsed."""
+    with _plan_errors(path):
+        return io.load_yaml(path, rel_path(Path(path)))
+
+
+def load_yaml_mapping(path: Path, *, allow_empty: bool = False) -> dict:
+    """:func:`load_yaml` of a file that must hold a mapping (:func:`rankrepro.io.expect_mapping`: an empty file
+    is ``{}`` where ``allow_empty``): a config, a setups file, a table spec."""
+    with _plan_errors(path):
+        return io.load_yaml_mapping(path, rel_path(Path(path)), allow_empty=allow_empty)
+
+
+def check_config_files(paths) -> None:
+    """Read every config file of ``paths`` with the package's loader (:func:`load_yaml_mapping`): a
+    :class:`PlanError` naming the file and line of a key given twice or of an alias past the bound, or the file
+    that holds no mapping. Snakemake loads config files with its own loader, which keeps the last of a key given
+    twice and expands aliases without bound where it merges mappings: the Snakefile calls this on each file
+    before its ``configfile:`` directives load them (``config.yaml``, the command line's ``--configfile``
+    files, a profile's settings file)."""
     for path in paths:
-        load_yaml(Path(path))
+        load_yaml_mapping(Path(path))
 
 
 @lru_cache(maxsize=None)
@@ -94,15 +114,27 @@ def first_error(instance, schema: dict):
     return jsonschema.exceptions.best_match(validator.iter_errors(instance))
 
 
-def validate(instance, schema: dict, where: str, prefix=(), text_hint: bool = False) -> None:
-    """jsonschema validation; the first error as ``<where>: <key>: <problem>``.
+def schema_problem(error) -> str:
+    """jsonschema's message of ``error``, which quotes the value it refuses whole, cut to 2 x
+    :data:`~rankrepro.messages.VALUE_LIMIT` characters (:func:`~rankrepro.messages.short_text`: the start of the
+    value and the problem)."""
+    return short_text(error.message, 2 * VALUE_LIMIT)
+
+
+def schema_error_text(error, where: str, prefix=(), text_hint: bool = False) -> str:
+    """A jsonschema error as ``<where>: <key>: <problem>`` (:func:`schema_problem`).
 
     ``text_hint``: a text where a number or boolean is expected says where text values come from."""
+    key = dotted([*prefix, *error.absolute_path]) or "(top level)"
+    hint = TEXT_HINT if text_hint and error.validator == "type" and isinstance(error.instance, str) else ""
+    return f"{where}: {key}: {schema_problem(error)}{hint}"
+
+
+def validate(instance, schema: dict, where: str, prefix=(), text_hint: bool = False) -> None:
+    """jsonschema validation; the first error as :func:`schema_error_text` says it, a :class:`PlanError`."""
     error = first_error(instance, schema)
     if error is not None:
-        key = dotted([*prefix, *error.absolute_path]) or "(top level)"
-        hint = TEXT_HINT if text_hint and error.validator == "type" and isinstance(error.instance, str) else ""
-        raise PlanError(f"{where}: {key}: {error.message}{hint}")
+        raise PlanError(schema_error_text(error, where, prefix, text_hint))
 
 
 def fill_schema_defaults(instance: dict, schema: dict) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankrepro.plan.merge import get_path
-from rankrepro.plan.schema import PlanError, Schemas, load_yaml, rel_path, validate
+from rankrepro.plan.schema import PlanError, Schemas, load_yaml_mapping, rel_path, validate
 
 __all__ = ["PER_LOSS", "SETUPS_DIR", "Setup", "apply_per_loss", "check_per_loss", "load_setups", "setup_chain",
            "setup_layers", "sweep_layer"]
@@ -41,7 +41,7 @@ def load_setups(setups_dir: str | Path = SETUPS_DIR, schemas: Schemas | None = N
     schemas = schemas or Schemas()
     setups: dict[str, Setup] = {}
     for file in sorted(Path(setups_dir).glob("*.yaml")):
-        data = load_yaml(file) or {}
+        data = load_yaml_mapping(file, allow_empty=True)
         validate(data, schemas.setups, rel_path(file))
         for name, body in data.items():
             if name in setups:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from rankrepro.plan.schema import PlanError, Schemas, load_yaml, rel_path, validate
+from rankrepro.plan.schema import PlanError, Schemas, load_yaml_mapping, rel_path, validate
 from rankrepro.tables.kinds import find_kind, spec_kind
 
 __all__ = ["SPECS_DIR", "load_spec", "spec_names"]
@@ -31,7 +31,7 @@ def load_spec(paper: str, table: str, schemas: Schemas | None = None, specs_dir:
     if not path.is_file():
         raise PlanError(f"no table spec {paper}/{table} ({rel_path(path)}); known: "
                         f"{', '.join(f'{p}/{t}' for p, t in spec_names(specs_dir))}")
-    spec = load_yaml(path)
+    spec = load_yaml_mapping(path)
     where = rel_path(path)
     kind = find_kind(spec)
     if kind is not None:  # a message naming the key, where the schema's would name none

@@ -41,13 +41,15 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rankrepro.messages import ShortMessage
+
 if TYPE_CHECKING:  # torch is imported where it is used: the CLI parses these flags without it
     import torch
 
 __all__ = ["JobSettings", "TrainRuntime", "RuntimeSettingError", "add_runtime_flags", "runtime_from_args"]
 
 
-class RuntimeSettingError(ValueError):
+class RuntimeSettingError(ShortMessage, ValueError):
     """A runtime setting that cannot apply on this device (``gpu_decode`` without CUDA)."""
 
 

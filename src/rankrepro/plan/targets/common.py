@@ -3,6 +3,8 @@ result folders and files, and a run's folder and image-cache size."""
 
 from __future__ import annotations
 
+from rankrepro.messages import ShortMessage
+
 #: where training batches keep their records (``<batch>/batch.json``) and their staged runs
 BATCHES_DIR = "results/batches"
 STAGED_DIR = f"{BATCHES_DIR}/staged"
@@ -11,7 +13,7 @@ HGLDV2_DIR = "results/hgldv2"
 RECIPES_MD, RECIPES_HTML = "results/recipes.md", "results/recipes.html"
 
 
-class TargetError(LookupError):
+class TargetError(ShortMessage, LookupError):
     """An unknown name asked of the plan, or a runtime setting the workflow cannot run with; the
     message names it (and what is planned, or the config key)."""
 

@@ -36,6 +36,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
+from rankrepro.messages import ShortMessage
 from rankrepro.plan.schema import PlanError
 from rankrepro.tables.formats import html_mark, html_text, paper_number, parse_number, read_table_csv
 
@@ -47,7 +48,7 @@ REPLICA_NOTE = ("Numbers under 'ours' come from generated replicas of the datase
 WITHIN = 1.0  # points: |ours - paper| <= WITHIN counts as "within one point"
 
 
-class TableError(ValueError):
+class TableError(ShortMessage, ValueError):
     """A spec that does not fit the files it is rendered from; the message names the spec file and row."""
 
 
