@@ -13,9 +13,8 @@ from rankrepro.data import checksums, datasets
 from rankrepro.data.datasets import cars, cub, dyml, gldv2, gldv2_ground_truth, ijbc, inat, inshop, sop, vehicleid
 from rankrepro.data.datasets import vggface2
 from rankrepro.data.datasets.base import Dataset, SourceFile
-from rankrepro.data.text_files import TextEncodingError, read_lines, read_text, text_stream
 from rankrepro.hgldv2 import scrape
-from rankrepro.io import read_csv_columns
+from rankrepro.io import TextEncodingError, read_csv_columns, read_lines, read_text, text_stream
 
 #: line 2 holds a Latin-1 "é" (0xe9): byte 4 of the line, byte 16 of the file (1-based counts)
 LATIN1 = b"header line\nJos\xe9 Mourinho\n"

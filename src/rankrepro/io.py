@@ -1,5 +1,6 @@
 """Atomic file writes (a killed job never leaves a half-written output), :func:`link_or_copy`, the CSV text/table helpers,
-the one YAML loader of the package (:func:`load_yaml`: a key given twice is an error, not last-wins; aliases add at
+the one reader of text files (:func:`read_text`, :func:`read_lines`, :func:`text_stream`: UTF-8, or an error
+naming file, line and byte), the one YAML loader of the package (:func:`load_yaml`: a key given twice is an error, not last-wins; aliases add at
 most :data:`MAX_ALIAS_NODES` values) and the readers of a user's YAML or JSON file that must hold a mapping
 (:func:`load_yaml_mapping`, :func:`load_json_mapping`): each error names the file, and the line where it has one."""
 
@@ -9,6 +10,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -96,10 +98,9 @@ def csv_text(header, rows) -> str:
 
 def read_csv_columns(path: str | Path, columns):
     """``path`` as a pandas DataFrame of strings ("" for empty cells); an error naming the file when it is
-    missing, not UTF-8 (:mod:`rankrepro.data.text_files`) or lacks one of ``columns``."""
+    missing, not UTF-8 (:mod:`rankrepro.io`) or lacks one of ``columns``."""
     import pandas as pd
 
-    from rankrepro.data.text_files import text_stream
 
     path = Path(path)
     if not path.is_file():
@@ -148,6 +149,71 @@ class FileFormatError(ShortMessage, ValueError):
     """A file that does not hold what its reader expects (not UTF-8, not YAML or JSON, YAML aliases past
     :data:`MAX_ALIAS_NODES`, not a mapping); the message names the file, and the line where it has one. The CLI
     prints it without a traceback (:func:`rankrepro.cli.run`)."""
+
+
+# -- text files: UTF-8, or an error saying where it is not -------------------------------------------------------
+#
+# The one reader of the datasets' text files (image lists, CSVs, JSON, checksum files; the GLDv2 CSVs
+# H-GLDv2 reads): UTF-8, or an error that says where it is not.
+#
+# Every such file of the datasets is UTF-8 text (most are plain ASCII; VGGFace2's ``identity_meta.csv``
+# and the GLDv2 CSVs hold non-ASCII names, read as UTF-8 as public loaders of the releases read them).
+# A leading UTF-8 byte-order mark is dropped. Bytes that are not UTF-8 raise :class:`TextEncodingError`,
+# naming the file, the line (1-based), the bad bytes' position in that line and in the file (1-based
+# byte counts) and the bytes themselves, never a bare :class:`UnicodeDecodeError`.
+#
+# A line ends at ``\n``, ``\r\n`` or a lone ``\r`` (universal newlines, as Python's text files,
+# the :mod:`csv` module and pandas read them), in :func:`read_lines` and in the error's line number alike.
+
+BOM = b"\xef\xbb\xbf"
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_LINE_END_BYTES = re.compile(rb"\r\n|\r|\n")
+_SHOWN_CHARS = 100  # of the offending line, in the error message
+
+
+class TextEncodingError(FileFormatError):
+    """A text file holds bytes that are not UTF-8; the message names the file, line and bytes."""
+
+
+def read_text(file: str | Path, where: str | None = None) -> str:
+    """The text of ``file``, decoded as UTF-8 (a leading byte-order mark dropped); bytes that are not
+    UTF-8 raise :class:`TextEncodingError` naming the file (``where``, default ``file``), the line and the bytes'
+    position. OSError (a missing file) propagates."""
+    data = Path(file).read_bytes()
+    start = len(BOM) if data.startswith(BOM) else 0
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise TextEncodingError(_describe(where or file, data, start + err.start, start + err.end, err.reason)) \
+            from None
+
+
+def read_lines(file: str | Path) -> list[str]:
+    """The lines of ``file`` (:func:`read_text`) without their line ends; line ``n`` (1-based) is
+    item ``n - 1``. No empty item for the end of a last line that ends with a line end."""
+    lines = _LINE_END.split(read_text(file))
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def text_stream(file: str | Path) -> io.StringIO:
+    """The text of ``file`` (:func:`read_text`) as a stream for :mod:`csv` readers and
+    ``pandas.read_csv`` (line ends kept as they are, as ``open(..., newline="")`` gives them)."""
+    return io.StringIO(read_text(file), newline="")
+
+
+def _describe(file: str | Path, data: bytes, bad_start: int, bad_end: int, reason: str) -> str:
+    """Where and what the bytes ``data[bad_start:bad_end]`` are, and what to do."""
+    ends = list(_LINE_END_BYTES.finditer(data, 0, bad_start))
+    line_start = ends[-1].end() if ends else 0
+    next_end = _LINE_END_BYTES.search(data, bad_start)
+    line = data[line_start:next_end.start() if next_end else len(data)]
+    shown = line.decode("utf-8", errors="backslashreplace")
+    shown = shown if len(shown) <= _SHOWN_CHARS else shown[:_SHOWN_CHARS] + "..."
+    return (f"{file}, line {len(ends) + 1}: byte {bad_start - line_start + 1} of the line (byte {bad_start + 1} "
+            f"of the file) is not UTF-8: {data[bad_start:bad_end].hex(' ')} ({reason}) in {shown!r}. The file "
+            "must be UTF-8 text: restore the original (re-extract or download it again) or save it as UTF-8")
 
 
 #: the most values (scalars, lists and mappings) the aliases (``*name``) of one YAML file may add once expanded,
@@ -199,24 +265,13 @@ def _check_aliases(text: str, where: str) -> None:
             open_nodes[-1][2] += values
 
 
-def _read_text(path: str | Path, where: str) -> str:
-    """The UTF-8 text of ``path``; a :class:`FileFormatError` naming ``where`` and the byte when it is not UTF-8.
-    OSError (a missing file) propagates."""
-    data = Path(path).read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise FileFormatError(f"{where}: not UTF-8 text (byte {err.start}: {data[err.start:err.start + 1]!r}); "
-                              "save it as UTF-8") from None
-
-
 def load_yaml(path: str | Path, where: str | None = None):
     """The YAML data of ``path`` (the safe loader); a :class:`FileFormatError` naming the file (``where``, default
     ``path``) -- and the line of a key given twice, ``<file>:<line>: key 'k' appears twice (first on line
     <n>)``, or of an alias past :data:`MAX_ALIAS_NODES` -- when it is not UTF-8 or does not parse. OSError (a
     missing file) propagates."""
     where = where or str(path)
-    text = _read_text(path, where)
+    text = read_text(path, where)
     try:
         _check_aliases(text, where)
         return yaml.load(text, Loader=StrictLoader)
@@ -251,7 +306,7 @@ def load_json_mapping(path: str | Path, where: str | None = None) -> dict:
     is not UTF-8, not JSON (with the line and column) or not an object (:func:`expect_mapping`). OSError (a
     missing file) propagates."""
     where = where or str(path)
-    text = _read_text(path, where)
+    text = read_text(path, where)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:

@@ -20,8 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rankrepro.data.errors import ChecksumError
-from rankrepro.data.text_files import read_text
-from rankrepro.io import atomic_write_json
+from rankrepro.io import atomic_write_json, read_text
 
 __all__ = ["ALGOS", "VERIFIED_SUFFIX", "STATED_SUFFIX", "parse_checksum", "file_digest", "verify", "record_verified",
            "is_verified", "stated_checksum", "recorded_checksum", "reverify", "file_lock", "ChecksumLock"]

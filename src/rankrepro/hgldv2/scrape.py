@@ -60,9 +60,8 @@ import requests
 from tqdm import tqdm
 
 from rankrepro import __version__
-from rankrepro.data.text_files import text_stream
+from rankrepro.io import atomic_path, atomic_write_json, atomic_write_text, text_stream
 from rankrepro.hgldv2.answers import answer_problem
-from rankrepro.io import atomic_path, atomic_write_json, atomic_write_text
 from rankrepro.messages import ShortMessage
 from rankrepro.retry_after import parse_retry_after
 

@@ -37,6 +37,7 @@ from rankrepro import catalog
 from rankrepro.record.selection import curve_epochs
 from rankrepro.record.tasks import throughput_network
 from rankrepro.io import load_yaml
+from rankrepro.messages import ShortMessage
 from rankrepro.plan.model import Plan
 
 __all__ = ["PROFILES_DIR", "CountsError", "ProfileError", "load_profile", "images_per_s", "split_images",
@@ -52,11 +53,11 @@ PUBLISHED_IMAGES = {
 }
 
 
-class ProfileError(ValueError):
+class ProfileError(ShortMessage, ValueError):
     """A throughput profile that is missing, malformed, or lacks what an estimate needs; the message names the file."""
 
 
-class CountsError(ValueError):
+class CountsError(ShortMessage, ValueError):
     """A prepared manifest whose image counts cannot be read; the message names its ``meta.json``."""
 
 

@@ -20,7 +20,7 @@ checks, writing the manifest) lives here::
         def make_replica(self, out_dir, **options): ...  # writes every source file, returns their names
 
 :meth:`Dataset.read_table` reads the dataset's text files (lists, CSVs, JSON) through
-:mod:`rankrepro.data.text_files` (``read_lines``, ``read_text``, ``text_stream`` for ``csv`` and
+:mod:`rankrepro.io` (``read_lines``, ``read_text``, ``text_stream`` for ``csv`` and
 pandas): UTF-8, and an error naming the file, line and bytes where a file is not.
 
 Where things go (``<source>`` is :attr:`Dataset.source`, the dataset's name unless
@@ -56,8 +56,7 @@ import pandas as pd
 from rankrepro.data import archives, checksums, downloads, errors, sources
 from rankrepro.data.manifest import MANIFEST_CSV, META_JSON, Manifest, level_columns, read_manifest, write_manifest
 from rankrepro.data.paths import leaves_root
-from rankrepro.data.text_files import read_text
-from rankrepro.io import atomic_write_json
+from rankrepro.io import atomic_write_json, read_text
 
 DOWNLOAD_RECORD = "download.json"
 REPLICA_RECORD = "replica.json"

@@ -56,7 +56,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_file, write_tar, write_zip
-from rankrepro.data.text_files import text_stream
+from rankrepro.io import text_stream
 
 # legacy layout
 IMAGE_ARCHIVE = "car_ims.tgz"

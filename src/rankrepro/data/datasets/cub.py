@@ -48,7 +48,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_tar
-from rankrepro.data.text_files import read_lines
+from rankrepro.io import read_lines
 
 TOP = "CUB_200_2011"
 ARCHIVE = "CUB_200_2011.tgz"

@@ -86,8 +86,7 @@ from rankrepro.data import checksums
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_file, write_tar
-from rankrepro.data.text_files import text_stream
-from rankrepro.io import csv_text
+from rankrepro.io import csv_text, text_stream
 
 BASE_URL = "https://s3.amazonaws.com/google-landmark/"
 METADATA = "metadata"

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from rankrepro.data.manifest import Manifest
-from rankrepro.data.text_files import text_stream
+from rankrepro.io import text_stream
 
 __all__ = ["ground_truth_positions"]
 

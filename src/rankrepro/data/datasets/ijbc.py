@@ -59,7 +59,7 @@ from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.datasets.vggface2 import BOX_COLUMNS, FACE_COLUMNS, LANDMARK_COLUMNS
 from rankrepro.data.face_geometry import box_problem, landmark_problem
 from rankrepro.data.replicas import key_rng, tiny_jpeg, write_tar
-from rankrepro.data.text_files import read_lines, text_stream
+from rankrepro.io import read_lines, text_stream
 
 ARCHIVE = "IJB-C.tar.gz"
 NIST_TOP = "IJB/IJB-C"

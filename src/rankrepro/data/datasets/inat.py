@@ -96,7 +96,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_tar, write_zip
-from rankrepro.data.text_files import read_lines, read_text
+from rankrepro.io import read_lines, read_text
 
 S3 = "https://ml-inat-competition-datasets.s3.amazonaws.com/2018/"
 SPLITS_DRIVE_ID = "1sXfkBTFDrRU3__-NUs1qBP3sf_0uMB98"

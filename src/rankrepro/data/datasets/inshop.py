@@ -56,7 +56,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_file, write_zip
-from rankrepro.data.text_files import read_lines
+from rankrepro.io import read_lines
 
 ARCHIVE = "img.zip"
 PARTITION = "list_eval_partition.txt"

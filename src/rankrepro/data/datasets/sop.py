@@ -22,7 +22,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_zip
-from rankrepro.data.text_files import text_stream
+from rankrepro.io import text_stream
 
 TOP = "Stanford_Online_Products"
 ARCHIVE = "Stanford_Online_Products.zip"

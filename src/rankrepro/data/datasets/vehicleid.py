@@ -51,7 +51,7 @@ import pandas as pd
 from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.replicas import tiny_jpeg, write_zip
-from rankrepro.data.text_files import read_lines
+from rankrepro.io import read_lines
 
 TOP = "VehicleID_V1.0"
 ARCHIVE = f"{TOP}.zip"

@@ -51,7 +51,7 @@ from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.face_align import BOX_COLUMNS, LANDMARK_COLUMNS
 from rankrepro.data.face_geometry import box_problem, landmark_problem
 from rankrepro.data.replicas import key_rng, tiny_jpeg, write_file, write_tar
-from rankrepro.data.text_files import read_lines, text_stream
+from rankrepro.io import read_lines, text_stream
 
 SPLITS = ("train", "test")
 LISTS = {split: f"{split}_list.txt" for split in SPLITS}

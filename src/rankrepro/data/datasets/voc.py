@@ -69,7 +69,7 @@ from rankrepro.data.datasets import DATASETS
 from rankrepro.data.datasets.base import Dataset, SourceFile
 from rankrepro.data.image_files import naming_image
 from rankrepro.data.replicas import key_rng, write_tar
-from rankrepro.data.text_files import read_lines
+from rankrepro.io import read_lines
 
 #: the 20 VOC classes, index 0..19 (devkit / torchvision / mmdetection order)
 CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow", "diningtable",
