@@ -18,8 +18,9 @@ from pathlib import Path
 
 from rankrepro import io
 
-__all__ = ["SCHEMA_DIR", "STRICT_TYPES", "TEXT_HINT", "PlanError", "Schemas", "check_yaml_files", "fill_schema_defaults",
-           "float_type_problem", "first_error", "load_schema", "load_yaml", "rel_path", "validate"]
+__all__ = ["SCHEMA_DIR", "STRICT_TYPES", "TEXT_HINT", "PlanError", "Schemas", "check_yaml_files",
+           "fill_schema_defaults", "float_type_problem", "first_error", "load_schema", "load_yaml", "rel_path",
+           "validate"]
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 
