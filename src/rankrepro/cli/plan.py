@@ -15,7 +15,7 @@ def cmd_plan(args) -> None:
     try:  # validates the config as the Snakefile does (the same function)
         plan = plan_from_config(load_yaml(Path(args.config)))
     except PlanError as err:
-        sys.exit(f"invalid plan: {err}")
+        sys.exit(f"invalid plan: {args.config}: {err}")
     path = write_plan(plan, args.out).plan
     print(f"{len(plan['runs'])} runs, {len(plan['tables'])} tables -> {path}")
 
