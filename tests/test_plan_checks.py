@@ -11,7 +11,8 @@ from rankrepro.io import load_yaml
 from rankrepro.plan.build import make_plan, plan_from_config
 from rankrepro.plan.planner import Planner, resolve_run
 from rankrepro.plan.schema import PlanError
-from rankrepro.plan.setups import SETUPS_DIR, load_setups
+from rankrepro.plan.setups import load_setups
+from test_plan import _setups_copy, _spec_copy
 
 TABLE1 = {"suprank": ["table1"]}
 CONFIG = {"data_root": "d", "datasets": {}, "tracking": {"tracking_uri": "sqlite:///x.db", "experiment": "x"},
@@ -98,15 +99,25 @@ def test_the_largest_seeds_plan():
 
 
 def test_a_float_seed_in_a_setup_names_the_setup_file(tmp_path):
-    d = tmp_path / "setups"
-    d.mkdir()
-    (d / "suprank.yaml").write_text((SETUPS_DIR / "suprank.yaml").read_text())
-    (d / "mine.yaml").write_text("mine_sop:\n  extends: suprank_sop\n  seed: 1.0e+3\n")
+    d = _setups_copy(tmp_path, "mine_sop:\n  extends: suprank_sop\n  seed: 1.0e+3\n")
     with pytest.raises(PlanError, match=r"mine.yaml: mine_sop.seed: 1000.0 is a float where an integer is expected"):
         load_setups(d)
 
 
-def test_a_float_seed_in_a_sweep_point_or_a_spec_fails_the_plan(tmp_path):
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s.update(seeds=[1.0]), r"table1.yaml: seeds\[0\]: 1.0 is a float where an integer is expected"),
+    (lambda s: s.update(seeds=[2**32]), r"table1.yaml: seeds\[0\]: 4294967296 is greater than the maximum"),
+    (lambda s: s["rows"][3].update(run={"seed": 2.0}), r"table1.yaml: rows\[3\].run.seed: 2.0 is a float"),
+    (lambda s: s["rows"][3].update(column_runs={"sop_r1": {"seed": 2**33}}),
+     r"table1.yaml: rows\[3\].column_runs.sop_r1.seed: 8589934592 is greater than the maximum of 4294967295"),
+    (lambda s: s["columns"][0].update(run={"seed": 1e3}), r"table1.yaml: columns\[0\].run.seed: 1000.0 is a float"),
+])
+def test_a_bad_seed_in_a_table_spec_names_the_spec_and_key(tmp_path, edit, message):
+    with pytest.raises(PlanError, match=message):
+        make_plan(TABLE1, specs_dir=_spec_copy(tmp_path, edit))
+
+
+def test_a_float_seed_given_to_the_planner_fails_naming_where_it_came_from():
     with pytest.raises(PlanError, match=r"spec seeds: seed: 3.0 is a float where an integer is expected"):
         Planner().resolve("suprank_sop", [("loss", {"loss": {"name": "smooth_ap"}})], seed=3.0)
 
