@@ -124,3 +124,101 @@ def test_adopt_carries_the_test_curve_when_the_run_has_one(tmp_path):
     out = tmp_path / "runs" / "sop-a-1"
     assert [p.name for p in adopt(record, "sop-a-1", out)] == ["curve.csv", *STAGED_FILES]  # metrics.json after it
     assert (out / "curve.csv").read_text() == "curve.csv"
+
+
+# -- a job that trains then evaluates (train --evaluate-out, train-batch): a failed evaluation retrains nothing ------
+
+class _FakeTraining:
+    """Stands in for the training loop and the evaluation of ``rankrepro.cli.runs``: counts the trainings (each
+    writes a model of its own number) and fails the evaluations while ``failing``."""
+
+    def __init__(self, monkeypatch):
+        from rankrepro.cli import runs as cli_runs
+        from rankrepro.engine import loop
+
+        self.trained, self.failing = 0, True
+        monkeypatch.setattr(loop, "train", self.train)
+        monkeypatch.setattr(cli_runs, "_evaluate", self.evaluate)
+
+    def train(self, run, manifest, out_dir, settings, *, run_id, task):
+        self.trained += 1
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "model.pt").write_text(f"weights of training {self.trained}")
+        (out_dir / "history.csv").write_text("epoch\n1\n")
+        return out_dir / "model.pt"
+
+    def evaluate(self, args, run_json, model, out, image_cache, curve, history):
+        if self.failing:
+            raise RuntimeError("the evaluation failed")
+        Path(out).write_text(json.dumps({"model": Path(model).read_text()}))
+        Path(curve).write_text("png")
+
+
+def _runs(tmp_path, ids, eval_datasets=()):
+    """``runs/<id>/run.json`` of each run (evaluated on ``eval_datasets`` too) and a manifests folder."""
+    for rid in ids:
+        (tmp_path / "runs" / rid).mkdir(parents=True)
+        record = {"id": rid, "eval": {"datasets": list(eval_datasets)}}
+        (tmp_path / "runs" / rid / "run.json").write_text(json.dumps(record))
+    (tmp_path / "manifests" / "sop").mkdir(parents=True)
+    return tmp_path / "runs"
+
+
+def _train_command(runs_dir, rid, manifests):
+    folder = runs_dir / rid
+    return ["train", "--run", str(folder / "run.json"), "--manifest", str(manifests / "sop"), "--device", "cpu",
+            "--evaluate-out", str(folder / "metrics.json"), "--curve", str(folder / "curve.png")]
+
+
+def test_a_failed_evaluation_in_a_batch_keeps_the_training_and_the_retry_only_evaluates(tmp_path, monkeypatch):
+    """Issue 33: each retry of a batch whose evaluation failed trained the run again from scratch."""
+    from rankrepro import cli
+
+    fake = _FakeTraining(monkeypatch)
+    runs_dir, staged, record = _runs(tmp_path, ["sop-a-1"]), tmp_path / "staged", tmp_path / "sop_0" / "batch.json"
+    command = [*_batch_command(runs_dir, staged, record, "sop-a-1")]
+    command[command.index("unused")] = str(tmp_path / "manifests" / "sop")
+    with pytest.raises(SystemExit, match="sop-a-1: RuntimeError: the evaluation failed"):
+        cli.main(command)
+    assert fake.trained == 1 and (staged / "sop-a-1" / "trained" / "model.pt").is_file()
+    fake.failing = False
+    assert cli.main(command) == 0
+    assert fake.trained == 1  # the retry evaluated the kept model
+    assert json.loads((staged / "sop-a-1" / "metrics.json").read_text()) == {"model": "weights of training 1"}
+    assert not (staged / "sop-a-1" / "trained").exists() and is_staged(staged / "sop-a-1")
+
+
+def test_a_failed_evaluation_in_a_train_job_keeps_the_model_snakemake_deletes(tmp_path, monkeypatch, capsys):
+    """runtime.evaluate_in_train_job: Snakemake deletes a failed job's outputs (model.pt, history.csv); the kept
+    training survives it, the retry evaluates it, and after a success the next training starts anew."""
+    from rankrepro import cli
+
+    fake = _FakeTraining(monkeypatch)
+    runs_dir = _runs(tmp_path, ["sop-a-1"])
+    folder, command = runs_dir / "sop-a-1", _train_command(runs_dir, "sop-a-1", tmp_path / "manifests")
+    with pytest.raises(RuntimeError, match="the evaluation failed"):
+        cli.main(command)
+    for name in ("model.pt", "history.csv"):  # what Snakemake does to a failed job's outputs
+        (folder / name).unlink()
+    fake.failing = False
+    assert cli.main(command) == 0 and fake.trained == 1
+    assert (folder / "model.pt").read_text() == "weights of training 1" and (folder / "history.csv").is_file()
+    assert json.loads((folder / "metrics.json").read_text()) == {"model": "weights of training 1"}
+    assert "evaluating the model trained by an earlier attempt" in capsys.readouterr().err
+    assert not (folder / "trained").exists()
+    assert cli.main(command) == 0 and fake.trained == 2  # --forcerun after a success: trained again
+
+
+def test_an_eval_dataset_whose_meta_json_is_broken_fails_before_training_naming_it(tmp_path, monkeypatch):
+    from rankrepro import cli
+    from rankrepro.data.manifest import ManifestError
+
+    fake = _FakeTraining(monkeypatch)
+    runs_dir = _runs(tmp_path, ["sop-a-1"], eval_datasets=["cub"])
+    (tmp_path / "manifests" / "cub").mkdir()
+    (tmp_path / "manifests" / "cub" / "meta.json").write_text('{"protocol": "same-set",')
+    with pytest.raises(ManifestError, match=r"manifests/cub/meta.json: not valid JSON \(Expecting property name "
+                                            r"enclosed in double quotes, line 1 column 25\); delete .*manifests/cub "
+                                            r"and prepare the dataset again"):
+        cli.main(_train_command(runs_dir, "sop-a-1", tmp_path / "manifests"))
+    assert fake.trained == 0

@@ -5,8 +5,8 @@ import json
 import pytest
 import yaml
 
-from rankrepro.plan.cost import (PROFILES_DIR, CountsError, ProfileError, images_per_s, load_profile, plan_cost,
-                                 split_images)
+from rankrepro.data.manifest import ManifestError
+from rankrepro.plan.cost import PROFILES_DIR, ProfileError, images_per_s, load_profile, plan_cost, split_images
 
 
 def _run(dataset, backbone, crop, epochs, amp="fp16", cap=None, batch=100, every=None):
@@ -102,17 +102,17 @@ def test_a_manifest_counts_only_when_prepared_from_the_configs_source(tmp_path):
 
 
 @pytest.mark.parametrize("text, problem", [
-    ("{not json", "unreadable"),
+    ("{not json", "not valid JSON"),
     ('{"replica": true}', "no 'counts'"),
     ('{"replica": true, "counts": [1, 2]}', "no 'counts'"),
     ('{"replica": true, "counts": {"train": {"n": 3}}}', "no 'counts'"),
     ('{"replica": true, "counts": {"train": {"images": -3}}}', "counts: image counts are whole numbers >= 0"),
-    ('[1]', "no 'counts'"),
+    ('[1]', "a JSON list, not the object"),
 ])
 def test_a_manifest_whose_counts_cannot_be_read_names_its_meta_json(tmp_path, text, problem):
     meta = _manifest(tmp_path, "cub", replica=True)
     meta.write_text(text)
-    with pytest.raises(CountsError, match=rf"^{meta}: {problem}"):
+    with pytest.raises(ManifestError, match=rf"^{meta}: {problem}"):
         split_images("cub", _datasets(replica=True), tmp_path)
 
 

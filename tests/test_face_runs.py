@@ -157,3 +157,19 @@ def test_a_missing_eval_dataset_manifest_is_named_before_the_model_loads(tmp_pat
     run = tiny(eval={"metrics": ["R@1"], "datasets": ["cars"]})
     with pytest.raises(Exception, match="cars"):
         evaluate(run, manifests / "sop", tmp_path / "absent.pt", tmp_path / "m.json", progress=False)
+
+
+@pytest.mark.parametrize("text, problem", [('{"protocol": "same-set"', r": not valid JSON \(Expecting ',' delimiter, "
+                                                                       r"line 1 column 24\)"),
+                                           ('["same-set"]', r": a JSON list, not the object a manifest's meta.json holds"),
+                                           (b'{"dataset": "\xff"}', r", line 1: byte 14 of the line \(byte 14 of the file\) is not UTF-8: ff")])
+def test_an_eval_dataset_whose_meta_json_is_broken_is_named_before_the_model_loads(tmp_path, manifests, text, problem):
+    """Issue 33: a prepared meta.json that is not JSON gave json's bare error, naming no file."""
+    from rankrepro.data.manifest import ManifestError
+
+    shutil.copytree(manifests, tmp_path / "manifests")
+    meta = tmp_path / "manifests" / "cub" / "meta.json"
+    meta.write_bytes(text if isinstance(text, bytes) else text.encode())
+    run = tiny(eval={"metrics": ["R@1"], "datasets": ["cub"]})
+    with pytest.raises(ManifestError, match=rf"{meta}{problem}.*delete {meta.parent} and prepare the dataset again"):
+        evaluate(run, tmp_path / "manifests" / "sop", tmp_path / "absent.pt", tmp_path / "m.json", progress=False)

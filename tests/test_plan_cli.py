@@ -70,3 +70,11 @@ def test_snakemake_and_the_plan_command_refuse_the_same_typo(tmp_path, edit, mes
     assert dry.returncode != 0 and cli.returncode != 0
     first_line = cli.stderr.strip().splitlines()[0]
     assert first_line in dry.stderr + dry.stdout, (first_line, dry.stderr[-2000:])
+
+
+def test_the_plan_command_names_the_config_file_and_the_key(tmp_path):
+    """Issue 33: the config's checkpoint_minutes .nan passed the schema."""
+    path = _config(tmp_path, lambda c: c["runtime"].update(checkpoint_minutes=float("nan")))
+    result = _plan_cli(tmp_path, path)
+    assert result.returncode != 0
+    assert f"invalid plan: {path}: config: runtime.checkpoint_minutes: nan is not a finite number" in result.stderr

@@ -47,6 +47,16 @@ def test_gpu_decode_without_cuda_is_refused_naming_the_key(tmp_path, manifest_di
               runtime=TrainRuntime(gpu_decode=True))
 
 
+@pytest.mark.parametrize("minutes", [float("nan"), float("inf"), -1.0])
+def test_checkpoint_minutes_that_would_never_checkpoint_are_refused_naming_the_key(minutes):
+    """NaN compares false with every bound: a job given ``--checkpoint-minutes nan`` would never checkpoint inside
+    an epoch; the plan refuses it in the config (tests/test_plan_checks.py), the job in its flags."""
+    with pytest.raises(RuntimeSettingError, match=rf"runtime.checkpoint_minutes must be a finite number >= 0 .*got "
+                                                  rf"{minutes}"):
+        TrainRuntime(checkpoint_minutes=minutes).check(torch.device("cpu"))
+    TrainRuntime(checkpoint_minutes=0.0).check(torch.device("cpu"))
+
+
 def _encoded(fmt: str, size) -> torch.Tensor:
     buffer = io.BytesIO()
     Image.new("RGB", size, (200, 30, 90)).save(buffer, format=fmt)

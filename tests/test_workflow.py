@@ -115,11 +115,10 @@ def test_the_full_config_builds_hgldv2_scrape_to_compare(tmp_path):
     inputs = rebuilt.split("rule ")[1].split("output:")[0]
     assert "results/manifests/gldv2/meta.json" in inputs and "results/hgldv2/labels/index_label_to_hierarchical.csv" in inputs
     bad = smk(wf, "-n", "--cores", "1", "--config", 'hgldv2={"build": true, "kmeans": {"k": 5}}')
-    assert bad.returncode != 0 and "invalid plan: config: hgldv2.build: " in bad.stderr + bad.stdout
+    assert bad.returncode != 0 and "hgldv2.build: 'true' is not of type 'boolean'" in bad.stderr + bad.stdout
     (wf / "bad.yaml").write_text("hgldv2:\n  kmeans:\n    k: five\n")
     bad = smk(wf, "-n", "--cores", "1", "--configfile", "bad.yaml")
-    assert bad.returncode != 0 and "invalid plan: config: hgldv2.kmeans.k: 'five' is not of type 'integer'" in (
-        bad.stderr + bad.stdout)
+    assert bad.returncode != 0 and "hgldv2.kmeans.k: 'five' is not of type 'integer'" in bad.stderr + bad.stdout
 
 
 @pytest.mark.slow
@@ -152,6 +151,26 @@ def test_a_bad_run_override_fails_the_dry_run_naming_the_key(tmp_path, config, k
     result = smk(workflow_copy(tmp_path), "-n", "--cores", "1", "--config", config)
     assert result.returncode != 0
     assert re.search(key, result.stderr + result.stdout), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, message", [
+    (("--configfile", "bad.yaml"), r"invalid plan of the config from (.*bad.yaml, config.yaml|config.yaml, "
+                                   r".*bad.yaml): config: runtime.checkpoint_minutes: nan is not a finite number"),
+    (("--config", 'seeds={"suprank/table1": [1.5]}'), r"invalid plan of the config from config.yaml, --config: "
+                                                     r"config: seeds.suprank/table1\[0\]: '1.5' is not of type "
+                                                     r"'integer' \(snakemake --config passes nested values as text"),
+])
+def test_the_dry_run_names_the_config_files_and_the_key(tmp_path, args, message):
+    """Issue 33: checkpoint_minutes .nan passed the schema; a seed numpy refuses passed the plan."""
+    import re
+
+    wf = workflow_copy(tmp_path)
+    (wf / "bad.yaml").write_text("runtime:\n  checkpoint_minutes: .nan\n")
+    result = smk(wf, "-n", "--cores", "1", *args)
+    assert result.returncode != 0
+    assert re.search(message, result.stderr + result.stdout), result.stderr[-2000:]
     assert "Traceback" not in result.stderr
 
 

@@ -182,7 +182,7 @@ def test_a_schema_error_quotes_a_huge_value_briefly(tmp_path):
     config["data_root"] = list(range(50_000))  # the config schema's (Snakemake's message: the schema, the value)
     path.write_text(yaml.safe_dump(config))
     out = _cli(tmp_path, "plan", "--config", path, "--out", tmp_path / "plan")
-    assert out.returncode == 1 and "invalid plan: config: data_root: [0, 1, 2, " in out.stderr
+    assert out.returncode == 1 and f"invalid plan: {path}: config: data_root: [0, 1, 2, " in out.stderr
     assert "is not of type 'string'" in out.stderr and len(out.stderr) < 1000
 
 

@@ -1,11 +1,11 @@
 """The catalog: a JSON snapshot of every registry, read by the planner without importing torch.
 
 ``catalog.json`` (beside this module) holds, for each kind of component (backbone,
-dataset, loss, model, optimizer, pooling, sampler, schedule, synthetic, task), each registered name with
+dataset, loss, model, optimizer, pooling, protocol, sampler, schedule, synthetic, task), each registered name with
 its builder (``module:qualname``), fixed keywords, parameters (default or
 ``required``, JSON types) and the ``task`` its builder declares, if any (the detector's model
-and loss: ``detection``) -- and, for datasets, the facts the DAG needs (archive name,
-protocol, levels). The planner fills every default of a run from it, so a run's id
+and loss: ``detection``; every evaluation protocol: the task whose runs it scores) -- and, for datasets,
+the facts the DAG needs (archive name, protocol, levels). The planner fills every default of a run from it, so a run's id
 changes when a default in code changes.
 
 The code is the source of truth: ``python -m rankrepro catalog`` rewrites the file from
@@ -36,6 +36,7 @@ REGISTRIES = {
     "model": "rankrepro.models.heads:MODELS",
     "optimizer": "rankrepro.engine.optim:OPTIMIZERS",
     "pooling": "rankrepro.models.pooling:POOLINGS",
+    "protocol": "rankrepro.metrics.protocols:REGISTRY",
     "sampler": "rankrepro.data.samplers:SAMPLERS",
     "schedule": "rankrepro.engine.optim:SCHEDULES",
     "synthetic": "rankrepro.synthetic:SYNTHETIC",

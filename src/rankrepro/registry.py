@@ -18,7 +18,7 @@ items of ``list[...]``/``Sequence[...]`` -- and the catalog records the bound (`
 plan instead of the training. The aliases are read from the annotation's text: the builders'
 modules use ``from __future__ import annotations``.
 :meth:`Registry.build` checks the given parameters -- unknown names, missing required
-ones, wrong JSON types -- before calling the builder, and an unknown name lists the
+ones, wrong JSON types, NaN or infinite numbers -- before calling the builder, and an unknown name lists the
 registered ones.
 
 This module imports no torch: the planner reads the same facts from the catalog
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import pkgutil
 import re
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from typing import Any, Callable
 from rankrepro.messages import ShortMessage, short_text
 
 __all__ = ["Registry", "Entry", "Parameter", "signature_parameters", "UnknownNameError", "ParameterError", "json_types",
-           "check_json_type", "check_parameters", "PositiveInt", "AtLeastTwoInt", "NonNegativeInt", "PositiveFloat", "NonNegativeFloat"]
+           "check_json_type", "has_non_finite", "check_parameters", "PositiveInt", "AtLeastTwoInt", "NonNegativeInt", "PositiveFloat", "NonNegativeFloat"]
 
 
 class UnknownNameError(KeyError, ValueError):
@@ -137,6 +138,17 @@ def json_types(value) -> list[str]:
     if isinstance(value, dict):
         return ["object"]
     return []
+
+
+def has_non_finite(value) -> bool:
+    """Whether ``value`` is, or holds (in a list, tuple or dict), a float NaN or infinity."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return any(has_non_finite(v) for v in value)
+    if isinstance(value, dict):
+        return any(has_non_finite(v) for v in value.values())
+    return False
 
 
 def check_json_type(value, types: list[str] | None) -> bool:
@@ -276,6 +288,8 @@ def check_parameters(kind: str, name: str, entry: dict, params: dict, where: str
         raise ParameterError(f"{prefix}{kind} {name!r} needs {', '.join(map(repr, missing))}{hint}")
     for key, value in params.items():
         types = accepted.get(key, {}).get("types")
+        if has_non_finite(value):  # NaN passes every bound (it compares false), inf every minimum
+            raise ParameterError(f"{prefix}{kind} {name!r}: {key} must hold finite numbers, got {value!r}")
         if not check_json_type(value, types):
             raise ParameterError(f"{prefix}{kind} {name!r}: {key} must be {' or '.join(types)}, "
                                  f"got {value!r} ({' '.join(json_types(value)) or type(value).__name__})")

@@ -11,11 +11,14 @@ from rankrepro.plan.schema import PlanError
 from rankrepro.plan.targets import HGLDV2_DIR, STAGED_DIR, TargetError, WorkflowTargets
 from rankrepro.tables.index import ESTIMATE_GPU
 
+# where the config comes from, as messages name it: its files (the command line's over the Snakefile's), --config
+CONFIG_SOURCES = ", ".join([str(f) for f in workflow.configfiles]
+                           + (["--config"] if workflow.config_settings.config else []))
 try:  # validates config (the schema, its defaults filled in) as `python -m rankrepro plan` does; the Snakefile
     # read its config files with the package's loader first (rankrepro.plan.schema.check_config_files)
     _PLAN_JSON = plan_from_config(config)
 except PlanError as err:
-    raise WorkflowError(f"invalid plan: {err}") from None
+    raise WorkflowError(f"invalid plan of the config from {CONFIG_SOURCES}: {err}") from None
 
 # content-addressed (results/plan/plan.<hash>.json, tables/<paper>/<table>.<hash>.json, runs/<id>.json):
 # another snakemake planning in this folder, even -n, never rewrites the files this workflow's jobs read

@@ -5,7 +5,9 @@
 # process (rankrepro.plan.batches), each into results/batches/staged/<id>/ as a one-run job would,
 # then writes its record results/batches/<batch>/batch.json; each run's train job adopts its files
 # from there (rankrepro.engine.batch: a cheap local job, no torch). A failed run does not stop its
-# batch; the job then fails naming it, and a retry trains only the runs not staged yet.
+# batch; the job then fails naming it, and a retry trains only the runs not staged yet. A job that
+# evaluates keeps each training until its evaluation succeeds (results/runs/<id>/trained/, not an
+# output: rankrepro.engine.kept_training), so a failed evaluation never retrains the run.
 # Resources (runtime from the run's cost estimate, memory from its dataset and batch, the caps of the
 # config's cluster block) and one log per attempt: TARGETS (rankrepro.plan.resources; README "Cluster").
 

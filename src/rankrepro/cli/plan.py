@@ -12,10 +12,14 @@ def cmd_plan(args) -> None:
     from rankrepro.plan.build import plan_from_config, write_plan
     from rankrepro.plan.schema import PlanError, load_yaml_mapping
 
-    try:  # validates the config as the Snakefile does (the same function)
-        plan = plan_from_config(load_yaml_mapping(Path(args.config)))
+    try:
+        config = load_yaml_mapping(Path(args.config))  # an error names the file
     except PlanError as err:
         sys.exit(f"invalid plan: {err}")
+    try:  # validates the config as the Snakefile does (the same function)
+        plan = plan_from_config(config)
+    except PlanError as err:
+        sys.exit(f"invalid plan: {args.config}: {err}")
     path = write_plan(plan, args.out).plan
     print(f"{len(plan['runs'])} runs, {len(plan['tables'])} tables -> {path}")
 
@@ -29,14 +33,15 @@ def add_plan(sub) -> None:
 
 def cmd_cost(args) -> None:
     from rankrepro.plan.build import plan_from_config
-    from rankrepro.plan.cost import CountsError, ProfileError, plan_cost, to_text
+    from rankrepro.data.manifest import ManifestError
+    from rankrepro.plan.cost import ProfileError, plan_cost, to_text
     from rankrepro.plan.schema import PlanError, load_yaml_mapping
 
     try:
         config = load_yaml_mapping(Path(args.config))
         gpu = args.gpu or (config.get("cluster") or {}).get("gpu", "h100")
         cost = plan_cost(plan_from_config(config), gpu, args.results)
-    except (PlanError, ProfileError, CountsError) as err:
+    except (PlanError, ProfileError, ManifestError) as err:
         sys.exit(f"cost: {err}")
     print(json.dumps(cost, indent=1) if args.json else to_text(cost, per_run=args.runs), end="")
 

@@ -92,13 +92,32 @@ def _train(args, run_json: str | Path, out_dir: Path, evaluate_out: str | Path |
            curve: str | Path | None) -> None:
     """Train the run of ``run_json`` into ``out_dir`` (model.pt, history.csv) through the training loop
     (:func:`rankrepro.engine.loop.train`) and, with ``evaluate_out``, evaluate it into that metrics.json (and plot
-    its curve). The runtime settings come from the flags of :func:`rankrepro.record.runtime.add_runtime_flags`."""
+    its curve). The runtime settings come from the flags of :func:`rankrepro.record.runtime.add_runtime_flags`.
+
+    With ``evaluate_out``, the manifests of the run's ``eval.datasets`` are read before training (a broken
+    meta.json fails first, naming the file), and the training is kept until the evaluation succeeds
+    (:mod:`rankrepro.engine.kept_training`): an attempt after a failed evaluation evaluates without training."""
+    from rankrepro.data.manifest import read_meta
+    from rankrepro.engine import kept_training
     from rankrepro.engine.loop import train
 
     run, rid, task = _task(run_json)
-    model = train(run, args.manifest, out_dir, _settings(args, args.eval_image_cache), run_id=rid, task=task)
-    if evaluate_out:  # the evaluation transform's cache, or the originals
-        _evaluate(args, run_json, model, evaluate_out, args.eval_image_cache, curve, out_dir / "history.csv")
+    if not evaluate_out:
+        train(run, args.manifest, out_dir, _settings(args, args.eval_image_cache), run_id=rid, task=task)
+        return
+    for name in run["eval"].get("datasets", []):  # the other manifests the evaluation reads, beside the run's
+        read_meta(Path(args.manifest).parent / name)
+    model = kept_training.restore(out_dir)
+    if model is not None:
+        print(f"run {rid}: evaluating the model trained by an earlier attempt, kept in "
+              f"{out_dir / kept_training.KEPT_DIR} when its evaluation failed (delete that folder to train again)",
+              file=sys.stderr)
+    else:
+        model = train(run, args.manifest, out_dir, _settings(args, args.eval_image_cache), run_id=rid, task=task)
+        kept_training.keep(out_dir)
+    # the evaluation transform's cache, or the originals
+    _evaluate(args, run_json, model, evaluate_out, args.eval_image_cache, curve, out_dir / "history.csv")
+    kept_training.discard(out_dir)
 
 
 def cmd_train(args) -> None:

@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rankrepro.io import atomic_write_text
+from rankrepro.io import TextEncodingError, atomic_write_text, read_text
+from rankrepro.messages import ShortMessage
 
 MANIFEST_CSV = "manifest.csv"
 META_JSON = "meta.json"
@@ -120,8 +121,31 @@ def write_manifest(directory: str | Path, table: pd.DataFrame, meta: dict) -> Ma
     return manifest
 
 
+class ManifestError(ShortMessage, ValueError):
+    """A prepared manifest that cannot be read; the message names the file, what is wrong and what to do."""
+
+
+def read_meta(directory: str | Path) -> dict:
+    """The ``meta.json`` of the manifest in ``directory``: a JSON object, else :class:`ManifestError` naming the
+    file (not JSON, not UTF-8, or not an object: a file damaged after prepare wrote it atomically)."""
+    path = Path(directory) / META_JSON
+    redo = f"delete {path.parent} and prepare the dataset again (snakemake rebuilds it)"
+    try:
+        meta = json.loads(read_text(path))
+    except TextEncodingError as err:
+        raise ManifestError(f"{err}; or {redo}") from None
+    except json.JSONDecodeError as err:
+        raise ManifestError(f"{path}: not valid JSON ({err.msg}, line {err.lineno} column {err.colno}); "
+                            f"{redo}") from None
+    if not isinstance(meta, dict):
+        raise ManifestError(f"{path}: a JSON {type(meta).__name__}, not the object a manifest's meta.json holds; "
+                            f"{redo}")
+    return meta
+
+
 def read_manifest(directory: str | Path) -> Manifest:
+    """The manifest in ``directory`` (:func:`read_meta` and ``manifest.csv``)."""
     directory = Path(directory)
-    meta = json.loads((directory / META_JSON).read_text())
+    meta = read_meta(directory)
     table = pd.read_csv(directory / MANIFEST_CSV, dtype={"path": str, "split": str, **dict.fromkeys(STRING_COLUMNS, str)})
     return Manifest(table, meta, directory)

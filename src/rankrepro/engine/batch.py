@@ -13,7 +13,8 @@ into ``results/runs/<id>/``, each atomically, so a run's files are the outputs o
 A run that fails does not stop its batch: the next runs are trained, and the job then fails naming
 each failed run and its error (:class:`BatchRunsFailed`), without the record. Staged runs are not
 the job's outputs, so Snakemake keeps them: a retry trains only the runs not staged yet (one
-interrupted mid-training resumes from its checkpoint). A run stopped by SIGTERM (the time limit:
+interrupted mid-training resumes from its checkpoint; one whose evaluation failed is evaluated again, not
+trained: :mod:`rankrepro.engine.kept_training`). A run stopped by SIGTERM (the time limit:
 :class:`~rankrepro.engine.preemption.TrainingStopped`, a ``SystemExit``) stops the whole job at once.
 Adopting a run removes its staging folder, so a batch job that runs again (its runs changed, or
 ``--forcerun``) trains its runs again, as Snakemake expects of a job it reruns.

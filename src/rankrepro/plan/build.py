@@ -26,8 +26,8 @@ from rankrepro.plan.setups import load_setups
 from rankrepro.plan.specs import SPECS_DIR, load_spec, spec_names
 from rankrepro.tables.kinds import spec_kind
 
-__all__ = ["HGLDV2_DATASET", "HGLDV2_SOURCE", "PlanFiles", "make_plan", "plan_datasets", "plan_from_config",
-           "plan_hgldv2", "validate_config", "write_plan"]
+__all__ = ["HGLDV2_DATASET", "HGLDV2_SOURCE", "SOURCE_KEYS", "PlanFiles", "check_one_source", "make_plan",
+           "plan_datasets", "plan_from_config", "plan_hgldv2", "validate_config", "write_plan"]
 
 
 def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datasets_config: dict | None = None,
@@ -98,6 +98,7 @@ def plan_datasets(used: set[str], datasets_config: dict, catalog: dict) -> dict:
     by_source: dict[str, list[str]] = {}
     for name, entry in datasets.items():
         facts, cfg = entry["facts"], entry["config"]
+        check_one_source(name, cfg)
         if facts["derived_from"] and cfg != default_cfg:
             raise PlanError(f"config datasets.{name}: {name} is derived from {facts['derived_from']} and has no "
                             f"files of its own; set replica/extracted/url/checksum on datasets.{facts['derived_from']}")
@@ -114,6 +115,23 @@ def plan_datasets(used: set[str], datasets_config: dict, catalog: dict) -> dict:
                     raise PlanError(f"config datasets.{other}.{key} differs from datasets.{first}.{key}: both "
                                     f"datasets use the files of {source!r}, so they must come from the same place")
     return datasets
+
+
+#: the config keys of a dataset's files, by source: a generated replica, a copy already extracted, another download
+SOURCE_KEYS = {"replica": ("replica",), "extracted": ("extracted",), "download": ("url", "checksum")}
+
+
+def check_one_source(name: str, cfg: dict) -> None:
+    """:class:`PlanError` naming the keys when the config entry ``datasets.<name>`` (``cfg``) gives its files more
+    than one source (:data:`SOURCE_KEYS`): ``replica: true`` with ``extracted`` or ``url``/``checksum``, or
+    ``extracted`` with ``url``/``checksum``; the workflow would take one and ignore the other without a word."""
+    given = {source: [key for key in keys if cfg.get(key)] for source, keys in SOURCE_KEYS.items()}
+    given = {source: keys for source, keys in given.items() if keys}
+    if len(given) > 1:
+        keys = [f"datasets.{name}.{key}" for keys in given.values() for key in keys]
+        raise PlanError(f"config {', '.join(keys)}: these give the files of {name} {len(given)} sources ("
+                        f"{', '.join(given)}); keep one: replica (a generated replica), extracted (a copy already "
+                        "extracted) or url/checksum (another download)")
 
 
 #: the dataset whose files the H-GLDv2 pipeline reads, and the one that trains on its labels
@@ -141,14 +159,16 @@ def plan_hgldv2(hgldv2: dict | None, datasets: dict, schema_dir: str | Path = SC
 
 
 def validate_config(config: dict) -> None:
-    """Validate a configuration against ``schemas/config.schema.yaml`` (unknown keys are errors) and
-    write the schema's defaults into it, as ``snakemake.utils.validate`` does in a Snakefile (the same
-    function: its defaults); a :class:`PlanError` naming the key (:func:`~rankrepro.plan.schema.schema_error_text`:
-    Snakemake's own message prints the whole schema and the whole value)."""
+    """Validate a configuration against ``schemas/config.schema.yaml`` (unknown keys are errors), its types
+    strictly (:data:`~rankrepro.plan.schema.STRICT_TYPES`: a seed ``1.0``, ``checkpoint_minutes: .nan`` fail),
+    a :class:`PlanError` naming the key (:func:`~rankrepro.plan.schema.schema_error_text`: Snakemake's own message
+    prints the whole schema and the whole value); then write the schema's defaults into it, as
+    ``snakemake.utils.validate`` does in a Snakefile (the same function: its defaults)."""
     from jsonschema import ValidationError
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate as snakemake_validate
 
+    validate(config, load_schema("config"), "config", text_hint=True)
     try:
         snakemake_validate(config, schema=str(SCHEMA_DIR / "config.schema.yaml"))
     except WorkflowError as err:

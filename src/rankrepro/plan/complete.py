@@ -24,7 +24,8 @@ from rankrepro.plan.schema import PlanError, Schemas, dotted, fill_schema_defaul
 from rankrepro.record.tasks import DEFAULT_TASK, facts_of
 from rankrepro.registry import ParameterError, check_parameters
 
-__all__ = ["ID_NEUTRAL_DEFAULTS", "SCHEMA_DEFAULT", "canonical_json", "check_batch_split", "check_index_blocks",
+__all__ = ["ID_NEUTRAL_DEFAULTS", "SCHEMA_DEFAULT", "canonical_json", "check_batch_split", "check_dataset_tasks",
+           "check_index_blocks", "dataset_task",
            "check_select_by", "complete_run", "leaf_paths", "provenance", "run_id"]
 
 #: the origin of a value the run schema's default filled
@@ -123,6 +124,7 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
             why = "the run's own dataset" if name == run["dataset"] else "an unknown dataset"
             raise PlanError(f"{_where(origins, ('eval', 'datasets'), context)}[{i}]: {name!r} is {why}; registered: "
                             f"{', '.join(sorted(catalog['dataset']))}")
+    check_dataset_tasks(run, origins, catalog, context)
     for path, (kind, extra) in COMPONENTS.items():
         block = get_path(run, path)
         if block is None and path in OPTIONAL_COMPONENTS:
@@ -193,6 +195,37 @@ def check_task(run: dict, origins: dict, catalog: dict, context: str = "") -> No
         path = tuple(key.split("."))
         if get_path(run, path) != only:
             raise PlanError(f"{_where(origins, path, context)}: a {task} run has no {key} (only {only!r})")
+
+
+def dataset_task(name: str, catalog: dict) -> str:
+    """The task whose runs the protocol of dataset ``name`` scores (the catalog's dataset facts name the protocol,
+    its protocol entry the task); :class:`PlanError` when the catalog lacks that protocol."""
+    protocol = catalog["dataset"][name]["facts"]["protocol"]
+    entry = catalog.get("protocol", {}).get(protocol)
+    if entry is None:
+        raise PlanError(f"dataset {name!r}: its protocol {protocol!r} is not in the catalog: run "
+                        "`python -m rankrepro catalog` and plan again")
+    return entry.get("task") or DEFAULT_TASK
+
+
+def check_dataset_tasks(run: dict, origins: dict, catalog: dict, context: str = "") -> None:
+    """:class:`PlanError` naming where the value was set when the run's ``dataset`` or one of its ``eval.datasets``
+    is scored by a protocol of another task than the run's (a retrieval run on voc07: its evaluation would refuse
+    it after the training). A task no protocol scores (one whose evaluator reads the manifest itself: the toy task
+    of tests/test_toy_task.py) is not checked."""
+    task = run["task"]
+    if not any((entry.get("task") or DEFAULT_TASK) == task for entry in catalog.get("protocol", {}).values()):
+        return
+    named = [("dataset", run["dataset"])] + [(f"eval.datasets[{i}]", name)
+                                             for i, name in enumerate(run["eval"]["datasets"])]
+    for key, name in named:
+        own = dataset_task(name, catalog)
+        if own != task:
+            path = ("dataset",) if key == "dataset" else ("eval", "datasets")
+            protocol = catalog["dataset"][name]["facts"]["protocol"]
+            raise PlanError(f"{origin_of(origins, path)}{context}: {key}: dataset {name!r} is a {own} dataset "
+                            f"(protocol {protocol!r}), the run's task is {task!r} ({origin_of(origins, ('task',))}); "
+                            "its evaluation would refuse it after the training")
 
 
 def check_index_blocks(run: dict, origins: dict, context: str = "") -> None:

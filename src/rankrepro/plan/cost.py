@@ -40,7 +40,7 @@ from rankrepro.io import load_yaml
 from rankrepro.messages import ShortMessage
 from rankrepro.plan.model import Plan
 
-__all__ = ["PROFILES_DIR", "CountsError", "ProfileError", "load_profile", "images_per_s", "split_images",
+__all__ = ["PROFILES_DIR", "ProfileError", "load_profile", "images_per_s", "split_images",
            "run_cost", "plan_cost", "to_text"]
 
 PROFILES_DIR = Path(__file__).resolve().parents[3] / "profiles" / "throughput"
@@ -55,10 +55,6 @@ PUBLISHED_IMAGES = {
 
 class ProfileError(ShortMessage, ValueError):
     """A throughput profile that is missing, malformed, or lacks what an estimate needs; the message names the file."""
-
-
-class CountsError(ShortMessage, ValueError):
-    """A prepared manifest whose image counts cannot be read; the message names its ``meta.json``."""
 
 
 def load_profile(gpu: str, profiles_dir: str | Path = PROFILES_DIR) -> dict:
@@ -135,18 +131,18 @@ def config_replica(name: str, datasets: dict[str, dict]) -> bool:
 
 
 def manifest_counts(meta: Path) -> tuple[dict[str, int], bool]:
-    """``({split: images}, replica)`` of the prepared manifest whose ``meta.json`` is ``meta``."""
+    """``({split: images}, replica)`` of the prepared manifest whose ``meta.json`` is ``meta``; a
+    :class:`~rankrepro.data.manifest.ManifestError` naming it when they cannot be read."""
+    from rankrepro.data.manifest import ManifestError, read_meta
+
+    record = read_meta(meta.parent)
+    redo = "prepare the dataset again (delete its manifest folder)"
     try:
-        record = json.loads(meta.read_text())
         counts = {split: c["images"] for split, c in record["counts"].items()}
-    except (OSError, ValueError) as err:
-        raise CountsError(f"{meta}: unreadable ({err}); prepare the dataset again (delete its manifest folder)") \
-            from None
     except (KeyError, TypeError, AttributeError):
-        raise CountsError(f"{meta}: no 'counts' of the form {{split: {{images: n}}}}; prepare the dataset again "
-                          "(delete its manifest folder)") from None
+        raise ManifestError(f"{meta}: no 'counts' of the form {{split: {{images: n}}}}; {redo}") from None
     if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts.values()):
-        raise CountsError(f"{meta}: counts: image counts are whole numbers >= 0")
+        raise ManifestError(f"{meta}: counts: image counts are whole numbers >= 0; {redo}")
     return counts, bool(record.get("replica", False))
 
 

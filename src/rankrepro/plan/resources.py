@@ -54,7 +54,8 @@ from pathlib import Path
 
 from rankrepro.record.runtime import TrainRuntime
 from rankrepro.record.selection import curve_epochs
-from rankrepro.plan.cost import PROFILES_DIR, CountsError, ProfileError, load_profile, run_cost, split_images
+from rankrepro.data.manifest import ManifestError
+from rankrepro.plan.cost import PROFILES_DIR, ProfileError, load_profile, run_cost, split_images
 from rankrepro.plan.model import Plan
 from rankrepro.plan.schema import PlanError, fill_schema_defaults, load_schema, validate
 
@@ -144,7 +145,7 @@ class ClusterResources:
         if key not in self._counts:
             try:
                 self._counts[key] = split_images(dataset, self.plan.datasets, self.results)[0]
-            except CountsError as err:
+            except ManifestError as err:
                 raise PlanError(f"{err} (its image counts size the jobs' runtime and memory)") from None
         return self._counts[key]
 

@@ -3,11 +3,16 @@
 The schemas (``schemas/<name>.schema.yaml`` in this package: ``config``, ``run``, ``setups``,
 ``table``) ship with the package, so an installed rankrepro plans without a checkout.
 :func:`validate` reports the first jsonschema error as ``<where>: <key>: <problem>``.
+
+Types are checked strictly (:data:`STRICT_TYPES`), stricter than JSON Schema's own: an ``integer`` is an int, never
+a float with no fraction (``1.0``, YAML's ``1.0e3``: numpy refuses it as a seed), and a ``number`` is finite (YAML's
+``.nan``, ``.inf`` and ``-.inf`` are refused: ``checkpoint_minutes: .nan`` would compare false with every bound).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -15,13 +20,13 @@ from pathlib import Path
 from rankrepro import io
 from rankrepro.messages import VALUE_LIMIT, ShortMessage, short_text
 
-__all__ = ["SCHEMA_DIR", "TEXT_HINT", "PlanError", "Schemas", "check_config_files", "fill_schema_defaults",
-           "first_error", "load_schema", "load_yaml", "load_yaml_mapping", "rel_path", "schema_error_text",
-           "schema_problem", "validate"]
+__all__ = ["SCHEMA_DIR", "STRICT_TYPES", "TEXT_HINT", "PlanError", "Schemas", "check_config_files",
+           "fill_schema_defaults", "first_error", "float_type_problem", "load_schema", "load_yaml", "load_yaml_mapping",
+           "rel_path", "schema_error_text", "schema_problem", "validate"]
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 
-TEXT_HINT = (" (snakemake --config passes nested values as text: put run_overrides in a file given with "
+TEXT_HINT = (" (snakemake --config passes nested values as text: put nested values in a file given with "
              "--configfile, or edit config.yaml)")
 
 
@@ -99,19 +104,54 @@ def dotted(path) -> str:
     return out
 
 
+def _is_integer(_checker, value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite_number(_checker, value) -> bool:
+    return _is_integer(_checker, value) or (isinstance(value, float) and math.isfinite(value))
+
+
+#: the JSON types as the plan checks them (module docstring): ``integer`` an int (not a bool, not ``1.0``),
+#: ``number`` an int or a finite float
+STRICT_TYPES = {"integer": _is_integer, "number": _is_finite_number}
+
 _VALIDATORS: dict = {}
 
 
+def _validator_class():
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    return jsonschema.validators.extend(base, type_checker=base.TYPE_CHECKER.redefine_many(STRICT_TYPES))
+
+
 def first_error(instance, schema: dict):
-    """The most relevant jsonschema error of ``instance``, or None (validators cached per schema)."""
+    """The most relevant jsonschema error of ``instance`` under :data:`STRICT_TYPES`, or None (validators cached
+    per schema); the ``message`` of a float refused by its type says why (:func:`float_type_problem`)."""
     import jsonschema
 
     validator = _VALIDATORS.get(id(schema))
     if validator is None or validator.schema is not schema:
-        validator = _VALIDATORS[id(schema)] = jsonschema.Draft202012Validator(schema)
+        validator = _VALIDATORS[id(schema)] = _validator_class()(schema)
     if validator.is_valid(instance):
         return None
-    return jsonschema.exceptions.best_match(validator.iter_errors(instance))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+    if error.validator in ("type", "oneOf", "anyOf"):  # a float no branch of a oneOf takes: say why
+        error.message = float_type_problem(error.instance) or error.message
+    return error
+
+
+def float_type_problem(value) -> str | None:
+    """Why the float ``value`` fails a strict type (:data:`STRICT_TYPES`): not finite, or a float where an integer
+    is expected; None for any other value."""
+    if not isinstance(value, float):
+        return None
+    if not math.isfinite(value):
+        return f"{value} is not a finite number (NaN and infinities are refused)"
+    if value.is_integer():
+        return f"{value} is a float where an integer is expected (write {int(value)})"
+    return None
 
 
 def schema_problem(error) -> str:
@@ -131,7 +171,8 @@ def schema_error_text(error, where: str, prefix=(), text_hint: bool = False) -> 
 
 
 def validate(instance, schema: dict, where: str, prefix=(), text_hint: bool = False) -> None:
-    """jsonschema validation; the first error as :func:`schema_error_text` says it, a :class:`PlanError`."""
+    """jsonschema validation (:data:`STRICT_TYPES`); the first error as :func:`schema_error_text` says it, a
+    :class:`PlanError`."""
     error = first_error(instance, schema)
     if error is not None:
         raise PlanError(schema_error_text(error, where, prefix, text_hint))

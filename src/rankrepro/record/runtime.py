@@ -37,6 +37,7 @@ the recipe, not of the runtime.
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -73,9 +74,9 @@ class TrainRuntime:
                                 "set runtime.gpu_decode: false to decode with Pillow in the loader workers")
         if self.prefetch_factor < 1:
             raise RuntimeSettingError(f"runtime.prefetch_factor must be >= 1, got {self.prefetch_factor}")
-        if self.checkpoint_minutes < 0:
-            raise RuntimeSettingError(f"runtime.checkpoint_minutes must be >= 0 (0: after each epoch only), "
-                                      f"got {self.checkpoint_minutes}")
+        if not (math.isfinite(self.checkpoint_minutes) and self.checkpoint_minutes >= 0):  # NaN: no checkpoint ever
+            raise RuntimeSettingError(f"runtime.checkpoint_minutes must be a finite number >= 0 (0: after each epoch "
+                                      f"only), got {self.checkpoint_minutes}")
 
     def apply_backends(self, device: torch.device) -> None:
         """Process-wide switches: ``cudnn.benchmark`` on CUDA."""

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from rankrepro.record.selection import CURVE_FILE, read_curve
 from rankrepro.io import atomic_write_text
-from rankrepro.plan.cost import CountsError, ProfileError, plan_cost
+from rankrepro.data.manifest import ManifestError
+from rankrepro.plan.cost import ProfileError, plan_cost
 from rankrepro.plan.model import Plan, TablePlan, as_table_plan
 from rankrepro.tables.formats import md_cell, parse_number
 from rankrepro.tables.kinds.base import WITHIN
@@ -129,7 +130,7 @@ def build_index(plan: Plan | dict, results_dir: str | Path) -> dict:
             figures.append(key)
     try:
         estimate = plan_cost(plan, ESTIMATE_GPU, results_dir)
-    except (ProfileError, CountsError) as err:
+    except (ProfileError, ManifestError) as err:
         estimate = {"error": str(err)}
     for entry in tables:
         entry["est_gpu_h"] = estimate.get("tables", {}).get(f"{entry['paper']}/{entry['table']}")
