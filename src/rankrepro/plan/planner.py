@@ -4,7 +4,8 @@ A **run** is a fully resolved experiment (``schemas/run.schema.yaml``). For tabl
 column) it is the merge (:mod:`rankrepro.plan.merge`), in this order, of
 
 1. the column's setup and every setup it ``extends`` (:mod:`rankrepro.plan.setups`),
-   then the entries of every layer's ``per_loss`` for the run's loss (:func:`~rankrepro.plan.setups.apply_per_loss`),
+   then the entries of every layer's ``per_loss`` for the run's final loss (their ``loss`` keys again under a
+   later layer that names that loss over another loss's block: :func:`~rankrepro.plan.setups.apply_per_loss`),
 2. the spec's layers (for a runs table: the column's ``run`` block, the row's ``loss``, the
    row's ``run`` block; each table kind says which: :mod:`rankrepro.tables.kinds`),
 3. the config's ``run_overrides`` (or, for a run whose task has an entry in their ``per_task`` block, that

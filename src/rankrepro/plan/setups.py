@@ -102,13 +102,17 @@ def check_per_loss(partial: dict, schemas: Schemas, where: str, prefix: tuple = 
 
 
 def apply_per_loss(layers: list[tuple[str, dict]], after: int, losses) -> list[tuple[str, dict]]:
-    """``layers`` without their ``per_loss`` blocks, with the entries for the run's loss inserted after the first
-    ``after`` layers (the setup's), in layer order, each labelled ``<its layer>: per_loss.<name>``. The run's loss
-    is the last name a layer gives ``loss.name`` (a block without a name merges into the one below it). An
-    entry's ``loss`` block carries the name, so a later block naming the same loss merges into it key by key
-    (and one naming another loss replaces it whole). :class:`PlanError` naming the layer when one of its
-    entries names a loss not in ``losses`` (the catalog's)."""
-    name = next((n for _, data in reversed(layers) if (n := get_path(data or {}, ("loss", "name"))) is not None), None)
+    """``layers`` without their ``per_loss`` blocks, with every layer's entry for the run's loss (in layer order,
+    each labelled ``<its layer>: per_loss.<name>``) inserted after the first ``after`` layers (the setup's), and
+    the entries' ``loss`` keys inserted again just under each later layer that names the run's loss over a block
+    of another loss (a column's XBM, a row's ROADMAP). The run's loss is the last name a layer gives
+    ``loss.name`` (a block without a name merges into the one below it), so the entries apply to the loss the run
+    trains, whatever the layers named before it. An entry's ``loss`` block carries the name, so a later block
+    naming the same loss merges into it key by key: only a key that a spec block or the overrides set for the
+    run's loss itself (or a block of another component, ``optimizer: {name: adamw}``, set whole) wins over an
+    entry. :class:`PlanError` naming the layer when one of its entries names a loss not in ``losses`` (the
+    catalog's)."""
+    name = _loss_name(layers)
     entries = []
     for label, data in layers:
         per_loss = (data or {}).get(PER_LOSS) or {}
@@ -120,4 +124,14 @@ def apply_per_loss(layers: list[tuple[str, dict]], after: int, losses) -> list[t
         if entry is not None:
             entries.append((f"{label}: {PER_LOSS}.{name}", {**entry, "loss": {**entry.get("loss", {}), "name": name}}))
     stripped = [(label, {k: v for k, v in (data or {}).items() if k != PER_LOSS}) for label, data in layers]
-    return [*stripped[:after], *entries, *stripped[after:]]
+    out = [*stripped[:after], *entries]
+    for label, data in stripped[after:]:
+        if entries and get_path(data, ("loss", "name")) == name != _loss_name(out):  # replaces another loss's block
+            out += [(entry_label, {"loss": entry["loss"]}) for entry_label, entry in entries]
+        out.append((label, data))
+    return out
+
+
+def _loss_name(layers: list[tuple[str, dict]]) -> str | None:
+    """The loss name ``layers`` leave: the last one a layer gives (None when none does)."""
+    return next((n for _, data in reversed(layers) if (n := get_path(data or {}, ("loss", "name"))) is not None), None)
