@@ -3,6 +3,7 @@ schema (unknown keys included, defaults filled) and the planner, through one fun
 (:func:`rankrepro.plan.build.plan_from_config`)."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,7 +70,10 @@ def test_snakemake_and_the_plan_command_refuse_the_same_typo(tmp_path, edit, mes
     cli = _plan_cli(tmp_path, config)
     assert dry.returncode != 0 and cli.returncode != 0
     first_line = cli.stderr.strip().splitlines()[0]
-    assert first_line in dry.stderr + dry.stdout, (first_line, dry.stderr[-2000:])
+    assert first_line.startswith(f"invalid plan: {config}: config: "), first_line
+    problem = first_line.split(f"{config}: ", 1)[1]  # each names the config's files its own way
+    assert re.search(rf"invalid plan of the config from .*{config.name}.*: {re.escape(problem)}", dry.stderr + dry.stdout), \
+        (problem, dry.stderr[-2000:])
 
 
 def test_the_plan_command_names_the_config_file_and_the_key(tmp_path):

@@ -277,21 +277,15 @@ def test_conda_envs_agree_with_pyproject():
 @pytest.mark.slow
 def test_a_manual_dataset_stops_only_its_own_jobs(tmp_path):
     """VehicleID's files are missing: its download fails with the message naming the file and the
-    `extracted` alternative; with --keep-going the other datasets (a SOP replica, and CUB prepared
-    from an extracted replica) are still prepared, and no VehicleID manifest appears."""
+    `extracted` alternative; with --keep-going the other datasets (SOP and CUB replicas) are still
+    prepared, and no VehicleID manifest appears. (An extracted copy of a replica is no source: ``replica``
+    and ``extracted`` together are refused at plan time, tests/test_plan_checks.py.)"""
     import yaml
 
-    from rankrepro.data import datasets
-
     wf = workflow_copy(tmp_path)
-    cub = datasets.load("cub")
-    cub.write_replica(tmp_path / "cub_replica")
-    record = cub.download(tmp_path / "cub_data", replica_dir=tmp_path / "cub_replica")
-    cub.unpack(record, tmp_path / "cub_data")
     (wf / "manual.yaml").write_text(yaml.safe_dump({
         "data_root": "data", "tables": {}, "synthetic": {"names": []},
-        "datasets": {"sop": {"replica": True}, "vehicleid": {},
-                     "cub": {"extracted": str(tmp_path / "cub_data" / "cub"), "replica": True}}}))
+        "datasets": {"sop": {"replica": True}, "vehicleid": {}, "cub": {"replica": True}}}))
     result = smk(wf, "--cores", "1", "--keep-going", "--configfile", "manual.yaml", "--",
                  *(f"results/manifests/{n}/meta.json" for n in ("sop", "vehicleid", "cub")))
     assert result.returncode != 0
