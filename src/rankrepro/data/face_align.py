@@ -19,8 +19,9 @@ keeps the whole image. ``align5`` refuses 10 landmark values that
 image) with a ``ValueError``, which the reader reraises naming the image
 (:class:`~rankrepro.data.images.ImageDataset`); the datasets refuse them already at prepare.
 
-Coordinates are pixel-index coordinates as in OpenCV and insightface: pixel ``(i, j)`` (column, row)
-has its centre at ``(i, j)``; the template is in the same convention.
+Landmark coordinates are pixel-index coordinates as in OpenCV and insightface: pixel ``(i, j)`` (column, row)
+has its centre at ``(i, j)``; the template is in the same convention. Boxes are read as demo_proj.m reads
+them, in MATLAB's pixel numbers (:func:`extend_box`).
 """
 
 from __future__ import annotations
@@ -53,25 +54,30 @@ VGG_MIN_ASPECT = 112 / 128
 
 
 def _round(value: float) -> int:
-    """Half away from zero for positives, as MATLAB's ``round``."""
+    """MATLAB's ``round`` (half away from zero) for positive values; :func:`extend_box` clips the others to
+    the image's first pixel, where the two agree."""
     return math.floor(value + 0.5)
 
 
 def extend_box(x: float, y: float, w: float, h: float, image_size: tuple[int, int],
                factor: float = VGG_FACTOR) -> tuple[int, int, int, int] | None:
-    """``(left, top, right, bottom)`` (right and bottom exclusive) of the box ``x, y, w, h`` extended as VGG's
-    demo_proj.m does it, or None when the box is missing (a NaN), empty, or outside the image.
+    """``(left, top, right, bottom)`` (0-based, right and bottom exclusive: PIL's ``crop`` box) of the box
+    ``x, y, w, h`` extended as VGG's demo_proj.m does it, or None when the box is missing (a NaN), empty, or
+    outside the image.
 
     Centred on the box centre ``(cx, cy) = (x + w/2, y + h/2)``, the crop is ``H = (1 + factor) h`` high and
-    ``W = (1 + factor) max(w, 112/128 h)`` wide (``factor`` in total: ``factor/2`` on each side), each edge
-    rounded to the nearest pixel and clipped to the image (``image_size``: PIL's ``(width, height)``):
-    ``left = max(0, round(cx - W/2))``, ``right = min(width, round(cx + W/2))``, the same vertically."""
+    ``W = (1 + factor) max(w, 112/128 h)`` wide (``factor`` in total: ``factor/2`` on each side). demo_proj.m
+    reads the box in MATLAB's 1-based pixel numbers and keeps the pixel columns ``round(cx - W/2)`` through
+    ``round(cx + W/2)``, both ends included, clipped to ``1 .. width`` (rows alike, ``round`` half away from
+    zero). The same pixels, numbered from 0 with the right end excluded (``image_size``: PIL's
+    ``(width, height)``): ``left = max(0, round(cx - W/2) - 1)``, ``right = min(width, round(cx + W/2))``; so
+    the crop is one pixel wider and higher than ``W`` x ``H`` when neither end is clipped."""
     if not all(math.isfinite(v) for v in (x, y, w, h)) or w <= 0 or h <= 0:
         return None
     cx, cy = x + w / 2, y + h / 2
     height = (1 + factor) * h
     width = (1 + factor) * max(w, VGG_MIN_ASPECT * h)
-    left, top = max(0, _round(cx - width / 2)), max(0, _round(cy - height / 2))
+    left, top = max(0, _round(cx - width / 2) - 1), max(0, _round(cy - height / 2) - 1)
     right, bottom = min(image_size[0], _round(cx + width / 2)), min(image_size[1], _round(cy + height / 2))
     if right <= left or bottom <= top:
         return None
