@@ -117,8 +117,43 @@ def test_alignment_samples_pixel_centres_as_opencv_does():
     rng = np.random.default_rng(1)
     pixels = rng.integers(0, 256, (260, 260, 3), dtype=np.uint8)
     aligned = similarity_align(Image.fromarray(pixels), 2 * ARCFACE_TEMPLATE + [7, 4], size=112)
-    expected = pixels[4:4 + 224:2, 7:7 + 224:2]
-    assert np.abs(np.asarray(aligned, dtype=int) - expected).max() <= 1
+    np.testing.assert_array_equal(np.asarray(aligned), pixels[4:4 + 224:2, 7:7 + 224:2])
+
+
+@pytest.mark.parametrize("dx, dy", [(0, 0), (5, 9), (17, 3)])
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_a_whole_pixel_shift_of_the_template_copies_the_image_exactly(dx, dy, mode):
+    """Landmarks = the template + (dx, dy): the crop is image[dy:dy+112, dx:dx+112], every grey level
+    (before: Pillow's warp truncated the fitted transform's 1e-15 slips: up to 2 pixels in 5 one level darker)."""
+    rng = np.random.default_rng(3)
+    image = Image.fromarray(rng.integers(0, 256, (200, 200, 3), dtype=np.uint8)).convert(mode)
+    aligned = similarity_align(image, ARCFACE_TEMPLATE + [dx, dy])
+    assert aligned.mode == mode
+    np.testing.assert_array_equal(np.asarray(aligned), np.asarray(image)[dy:dy + 112, dx:dx + 112])
+
+
+def test_a_half_pixel_shift_rounds_halves_up_and_blends_the_border_with_black():
+    """Landmarks = the template + (0.5, 0): output pixel (i, j) samples the input at (i + 0.5, j), the mean of
+    columns i and i + 1. Columns alternating 10 and 11: 10.5 everywhere, rounded to 11 (Pillow: 10).
+    Template - (0.5, 0): column 0 samples x = -0.5, half a black pixel outside and half of column 0."""
+    pixels = np.tile(np.array([10, 11], dtype=np.uint8), (150, 75))  # 150 x 150, column c = 10 + c % 2
+    shifted = np.asarray(similarity_align(Image.fromarray(pixels), ARCFACE_TEMPLATE + [0.5, 0]))
+    np.testing.assert_array_equal(shifted, np.full((112, 112), 11, dtype=np.uint8))
+    flat = Image.fromarray(np.full((150, 150), 101, dtype=np.uint8))
+    edge = np.asarray(similarity_align(flat, ARCFACE_TEMPLATE - [0.5, 0]))
+    np.testing.assert_array_equal(edge[:, 0], np.full(112, 51))  # 101 / 2 = 50.5 -> 51
+    np.testing.assert_array_equal(edge[:, 1:], np.full((112, 111), 101))  # (101 + 101) / 2
+
+
+def test_sampling_positions_are_rounded_to_a_32nd_of_a_pixel():
+    """OpenCV's warpAffine samples at positions rounded to 1/32 pixel. Columns alternating 0 and 64: a shift of
+    0.01 px rounds to 0, an exact copy; a shift of 1/32 gives 31/32 * 0 + 1/32 * 64 = 2 on the even columns and
+    31/32 * 64 = 62 on the odd ones."""
+    pixels = np.tile(np.array([0, 64], dtype=np.uint8), (150, 75))
+    image = Image.fromarray(pixels)
+    np.testing.assert_array_equal(np.asarray(similarity_align(image, ARCFACE_TEMPLATE + [0.01, 0])), pixels[:112, :112])
+    expected = np.tile(np.array([2, 62], dtype=np.uint8), (112, 56))
+    np.testing.assert_array_equal(np.asarray(similarity_align(image, ARCFACE_TEMPLATE + [1 / 32, 0])), expected)
 
 
 # ----------------------------------------------------------------- box extension (VGG demo_proj.m)

@@ -10,7 +10,8 @@ mouth corners, in the order of the template below).
   (MTCNN's, VGGFace2's ``loose_bb_*.csv``) extended by ``f`` (0.3 for VGG's networks) and clipped to the image.
 * ``{name: align5, size: s}`` — :func:`similarity_align`, insightface's ArcFace alignment: the least-squares
   similarity transform of the 5 landmarks onto :data:`ARCFACE_TEMPLATE` (scaled by ``s / 112``), warped to
-  ``s`` × ``s``.
+  ``s`` × ``s`` as OpenCV's ``warpAffine`` does it (:func:`warp_bilinear`: bilinear, rounded to the nearest
+  grey level; Pillow's affine warp truncates, half a grey level darker on average).
 
 Fallbacks (per image): ``align5`` without all 10 landmark values crops the box extended by
 :data:`VGG_FACTOR` instead; either crop without a box (any of the 4 values NaN, or a width or height <= 0)
@@ -34,7 +35,7 @@ from PIL import Image
 from rankrepro.data.face_geometry import landmark_problem
 
 __all__ = ["ARCFACE_TEMPLATE", "BOX_COLUMNS", "LANDMARK_COLUMNS", "VGG_FACTOR", "VGG_MIN_ASPECT", "FaceCrop",
-           "extend_box", "similarity_align", "similarity_transform"]
+           "WARP_POSITION_STEPS", "extend_box", "similarity_align", "similarity_transform", "warp_bilinear"]
 
 BOX_COLUMNS = ("box_x", "box_y", "box_w", "box_h")
 LANDMARK_COLUMNS = tuple(f"lmk_{axis}{k}" for k in range(1, 6) for axis in "xy")
@@ -106,21 +107,49 @@ def similarity_transform(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     return np.hstack([scale * rotation, (dst_mean - scale * rotation @ src_mean)[:, None]])
 
 
-def similarity_align(image: Image.Image, landmarks5, size: int = 112) -> Image.Image:
-    """``image`` warped to ``size`` × ``size`` by the similarity transform taking ``landmarks5`` ([5, 2], x y in
-    pixel-index coordinates) onto :data:`ARCFACE_TEMPLATE` × ``size / 112``: insightface's ``norm_crop``
-    (``cv2.warpAffine(img, M, (size, size), borderValue=0.0)``: bilinear, black outside the image).
+#: OpenCV's ``INTER_BITS = 5`` (opencv2/imgproc.hpp ``InterpolationMasks``): ``warpAffine`` samples the input at
+#: positions rounded to 1/32 pixel
+WARP_POSITION_STEPS = 32
 
-    PIL's affine warp maps each output pixel back into the input in its own coordinates (pixel ``i`` spans
-    ``[i, i + 1)``), so ``M``, which maps input pixel indices to output ones, is passed as
-    ``p_in = M^-1 (p_out - 1/2) + 1/2``."""
+
+def warp_bilinear(pixels: np.ndarray, inverse: np.ndarray, size: int) -> np.ndarray:
+    """The ``size`` x ``size`` image whose pixel ``(i, j)`` (column, row) is ``pixels`` sampled at
+    ``(u, v) = inverse @ (i, j, 1)`` (pixel-index coordinates), as OpenCV's ``warpAffine`` with bilinear
+    interpolation and a black constant border computes it for 8-bit images.
+
+    ``u`` and ``v`` are rounded to the nearest 1/32 pixel (:data:`WARP_POSITION_STEPS`); with ``x0 = floor(u)``,
+    ``a = u - x0`` and ``y0 = floor(v)``, ``b = v - y0``, the value is ``(1-a)(1-b) p(x0, y0) + a(1-b) p(x0+1, y0)
+    + (1-a) b p(x0, y0+1) + a b p(x0+1, y0+1)``, a pixel outside the image counting as 0, rounded to the
+    nearest integer (halves up). ``pixels``: ``[height, width]`` or ``[height, width, channels]``, uint8."""
+    source = pixels.astype(np.float64)
+    if source.ndim == 2:
+        source = source[..., None]
+    height, width = source.shape[:2]
+    rows, columns = np.mgrid[0:size, 0:size].astype(np.float64)
+    u, v = (np.floor((inverse[k, 0] * columns + inverse[k, 1] * rows + inverse[k, 2]) * WARP_POSITION_STEPS + 0.5)
+            / WARP_POSITION_STEPS for k in (0, 1))
+    # neighbours beyond the image by 2 or more pixels are all outside: clipping there keeps the integers small
+    x0, y0 = np.clip(np.floor(u), -2, width), np.clip(np.floor(v), -2, height)
+    a, b = u - np.floor(u), v - np.floor(v)
+    value = np.zeros((size, size, source.shape[2]))
+    for dx, dy, weight in ((0, 0, (1 - a) * (1 - b)), (1, 0, a * (1 - b)), (0, 1, (1 - a) * b), (1, 1, a * b)):
+        x, y = (x0 + dx).astype(np.int64), (y0 + dy).astype(np.int64)
+        inside = (x >= 0) & (x < width) & (y >= 0) & (y < height)
+        value += (weight * inside)[..., None] * source[np.clip(y, 0, height - 1), np.clip(x, 0, width - 1)]
+    out = np.clip(np.floor(value + 0.5), 0, 255).astype(np.uint8)
+    return out[..., 0] if pixels.ndim == 2 else out
+
+
+def similarity_align(image: Image.Image, landmarks5, size: int = 112) -> Image.Image:
+    """``image`` warped to ``size`` × ``size`` by the similarity transform ``M`` taking ``landmarks5`` ([5, 2],
+    x y in pixel-index coordinates) onto :data:`ARCFACE_TEMPLATE` × ``size / 112``: insightface's ``norm_crop``
+    (``cv2.warpAffine(img, M, (size, size), borderValue=0.0)``), which samples the input at ``M^-1`` of each
+    output pixel (:func:`warp_bilinear`). An ``image`` in another mode than ``RGB`` or ``L`` is taken as RGB."""
     landmarks = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
     matrix = similarity_transform(landmarks, ARCFACE_TEMPLATE * (size / 112))
     inverse = np.linalg.inv(np.vstack([matrix, [0.0, 0.0, 1.0]]))[:2]
-    linear = inverse[:, :2]
-    offset = inverse[:, 2] + 0.5 - linear @ np.array([0.5, 0.5])
-    coefficients = (*linear[0], offset[0], *linear[1], offset[1])
-    return image.transform((size, size), Image.Transform.AFFINE, coefficients, resample=Image.Resampling.BILINEAR)
+    pixels = np.asarray(image if image.mode in ("RGB", "L") else image.convert("RGB"))
+    return Image.fromarray(warp_bilinear(pixels, inverse, size))
 
 
 class FaceCrop:
