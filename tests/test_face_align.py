@@ -14,7 +14,7 @@ from torchvision import transforms as T
 
 from rankrepro.data.cache import ImageCacheWarning
 from rankrepro.data.face_align import (ARCFACE_TEMPLATE, BOX_COLUMNS, LANDMARK_COLUMNS, extend_box,
-                                       similarity_align, similarity_transform)
+                                       similarity_align, similarity_transform, warp_bilinear)
 from rankrepro.data.image_files import ImageReadError
 from rankrepro.data.images import ImageDataset
 from rankrepro.data.manifest import Manifest
@@ -154,6 +154,18 @@ def test_sampling_positions_are_rounded_to_a_32nd_of_a_pixel():
     np.testing.assert_array_equal(np.asarray(similarity_align(image, ARCFACE_TEMPLATE + [0.01, 0])), pixels[:112, :112])
     expected = np.tile(np.array([2, 62], dtype=np.uint8), (112, 56))
     np.testing.assert_array_equal(np.asarray(similarity_align(image, ARCFACE_TEMPLATE + [1 / 32, 0])), expected)
+
+
+@pytest.mark.parametrize("scale, shift", [(3.0, (100.5, 80.25)), (2.0, (-60.0, -50.0)), (2.0, (390.3, 295.0)),
+                                          (0.5, (399.7, 299.6))])
+def test_alignment_reads_the_face_region_as_the_whole_image(scale, shift):
+    """similarity_align hands warp_bilinear only the region its output can read: the same pixels as the warp of
+    the whole array, for a face inside the image, across its top-left or bottom-right border, or off it."""
+    pixels = np.random.default_rng(5).integers(0, 256, (300, 400, 3), dtype=np.uint8)
+    landmarks = scale * ARCFACE_TEMPLATE + shift
+    matrix = similarity_transform(landmarks, ARCFACE_TEMPLATE)
+    whole = warp_bilinear(pixels, np.linalg.inv(np.vstack([matrix, [0.0, 0.0, 1.0]]))[:2], 112)
+    np.testing.assert_array_equal(np.asarray(similarity_align(Image.fromarray(pixels), landmarks)), whole)
 
 
 # ----------------------------------------------------------------- box extension (VGG demo_proj.m)

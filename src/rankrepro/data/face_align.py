@@ -121,9 +121,7 @@ def warp_bilinear(pixels: np.ndarray, inverse: np.ndarray, size: int) -> np.ndar
     ``a = u - x0`` and ``y0 = floor(v)``, ``b = v - y0``, the value is ``(1-a)(1-b) p(x0, y0) + a(1-b) p(x0+1, y0)
     + (1-a) b p(x0, y0+1) + a b p(x0+1, y0+1)``, a pixel outside the image counting as 0, rounded to the
     nearest integer (halves up). ``pixels``: ``[height, width]`` or ``[height, width, channels]``, uint8."""
-    source = pixels.astype(np.float64)
-    if source.ndim == 2:
-        source = source[..., None]
+    source = pixels[..., None] if pixels.ndim == 2 else pixels  # read per output pixel: the image is not copied
     height, width = source.shape[:2]
     rows, columns = np.mgrid[0:size, 0:size].astype(np.float64)
     u, v = (np.floor((inverse[k, 0] * columns + inverse[k, 1] * rows + inverse[k, 2]) * WARP_POSITION_STEPS + 0.5)
@@ -135,7 +133,8 @@ def warp_bilinear(pixels: np.ndarray, inverse: np.ndarray, size: int) -> np.ndar
     for dx, dy, weight in ((0, 0, (1 - a) * (1 - b)), (1, 0, a * (1 - b)), (0, 1, (1 - a) * b), (1, 1, a * b)):
         x, y = (x0 + dx).astype(np.int64), (y0 + dy).astype(np.int64)
         inside = (x >= 0) & (x < width) & (y >= 0) & (y < height)
-        value += (weight * inside)[..., None] * source[np.clip(y, 0, height - 1), np.clip(x, 0, width - 1)]
+        value += (weight * inside)[..., None] * source[np.clip(y, 0, height - 1), np.clip(x, 0, width - 1)].astype(
+            np.float64)
     out = np.clip(np.floor(value + 0.5), 0, 255).astype(np.uint8)
     return out[..., 0] if pixels.ndim == 2 else out
 
@@ -148,8 +147,15 @@ def similarity_align(image: Image.Image, landmarks5, size: int = 112) -> Image.I
     landmarks = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
     matrix = similarity_transform(landmarks, ARCFACE_TEMPLATE * (size / 112))
     inverse = np.linalg.inv(np.vstack([matrix, [0.0, 0.0, 1.0]]))[:2]
-    pixels = np.asarray(image if image.mode in ("RGB", "L") else image.convert("RGB"))
-    return Image.fromarray(warp_bilinear(pixels, inverse, size))
+    image = image if image.mode in ("RGB", "L") else image.convert("RGB")
+    # only the input pixels the warp can read (the output corners mapped back, a pixel of margin) become an
+    # array: a multi-megapixel frame is not copied whole for a 112-pixel face; outside them nothing is read
+    corners = inverse @ np.array([[0, size - 1, 0, size - 1], [0, 0, size - 1, size - 1], [1, 1, 1, 1]])
+    low = np.clip(np.floor(corners.min(axis=1)) - 1, 0, image.size).astype(int)
+    high = np.clip(np.ceil(corners.max(axis=1)) + 2, 0, image.size).astype(int)
+    region = image.crop((*low, *np.maximum(high, low + 1)))
+    shifted = inverse - np.hstack([np.zeros((2, 2)), low[:, None]])
+    return Image.fromarray(warp_bilinear(np.asarray(region), shifted, size))
 
 
 class FaceCrop:
