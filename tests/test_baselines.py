@@ -115,6 +115,27 @@ def test_triplet_mining_matches_pml_miners(mining, make_miner, distance):
             assert as_set(ours_idx) == as_set(idx) and len(idx[0]) > 0
 
 
+def test_squared_euclidean_triplet_by_hand():
+    """FaceNet's triplet: margin 0.2 on squared distances. Unit vectors e0 = (1, 0), e1 = (0, 1) (class 0) and
+    e2 = (0.6, -0.8) (class 1): |e0 - e1|^2 = 2, |e0 - e2|^2 = 2 - 1.2 = 0.8, |e1 - e2|^2 = 2 + 1.6 = 3.6.
+    Triplets (0, 1, 2): 2 - 0.8 + 0.2 = 1.4; (1, 0, 2): 2 - 3.6 + 0.2 < 0; mean of the non-zero terms 1.4
+    (plain distances: sqrt 2 - sqrt 0.8 + 0.2 = 0.7198)."""
+    e, y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, -0.8]]), torch.tensor([0, 0, 1])
+    assert build("triplet", margin=0.2, distance="squared_euclidean")(e, y).item() == pytest.approx(1.4, abs=1e-6)
+    plain = math.sqrt(2) - math.sqrt(0.8) + 0.2
+    assert build("triplet", margin=0.2)(e, y).item() == pytest.approx(plain, abs=1e-6)  # the default: unchanged
+
+
+def test_semihard_mining_compares_squared_distances_when_the_loss_does():
+    """e2 = (-0.28, -0.96): |e0 - e2|^2 = 2.56 (distance 1.6), |e1 - e2|^2 = 3.92. Anchor e0, positive e1:
+    squared gap 2.56 - 2 = 0.56 > 0.2, not semi-hard for FaceNet; the plain gap 1.6 - sqrt 2 = 0.186 is, and
+    its loss is sqrt 2 - 1.6 + 0.2."""
+    e, y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-0.28, -0.96]]), torch.tensor([0, 0, 1])
+    assert build("triplet", margin=0.2, mining="semihard", distance="squared_euclidean")(e, y).item() == 0.0
+    plain = build("triplet", margin=0.2, mining="semihard")(e, y).item()
+    assert plain == pytest.approx(math.sqrt(2) - 1.6 + 0.2, abs=1e-6)
+
+
 def test_all_triplets_equals_pml_enumeration_and_drops_self():
     y = uneven_labels(4)
     ours = all_triplets(y, y, len(y))

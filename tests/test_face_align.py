@@ -14,7 +14,7 @@ from torchvision import transforms as T
 
 from rankrepro.data.cache import ImageCacheWarning
 from rankrepro.data.face_align import (ARCFACE_TEMPLATE, BOX_COLUMNS, LANDMARK_COLUMNS, extend_box,
-                                       similarity_align, similarity_transform)
+                                       similarity_align, similarity_transform, warp_bilinear)
 from rankrepro.data.image_files import ImageReadError
 from rankrepro.data.images import ImageDataset
 from rankrepro.data.manifest import Manifest
@@ -117,24 +117,82 @@ def test_alignment_samples_pixel_centres_as_opencv_does():
     rng = np.random.default_rng(1)
     pixels = rng.integers(0, 256, (260, 260, 3), dtype=np.uint8)
     aligned = similarity_align(Image.fromarray(pixels), 2 * ARCFACE_TEMPLATE + [7, 4], size=112)
-    expected = pixels[4:4 + 224:2, 7:7 + 224:2]
-    assert np.abs(np.asarray(aligned, dtype=int) - expected).max() <= 1
+    np.testing.assert_array_equal(np.asarray(aligned), pixels[4:4 + 224:2, 7:7 + 224:2])
+
+
+@pytest.mark.parametrize("dx, dy", [(0, 0), (5, 9), (17, 3)])
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_a_whole_pixel_shift_of_the_template_copies_the_image_exactly(dx, dy, mode):
+    """Landmarks = the template + (dx, dy): the crop is image[dy:dy+112, dx:dx+112], every grey level
+    (before: Pillow's warp truncated the fitted transform's 1e-15 slips: up to 2 pixels in 5 one level darker)."""
+    rng = np.random.default_rng(3)
+    image = Image.fromarray(rng.integers(0, 256, (200, 200, 3), dtype=np.uint8)).convert(mode)
+    aligned = similarity_align(image, ARCFACE_TEMPLATE + [dx, dy])
+    assert aligned.mode == mode
+    np.testing.assert_array_equal(np.asarray(aligned), np.asarray(image)[dy:dy + 112, dx:dx + 112])
+
+
+def test_a_half_pixel_shift_rounds_halves_up_and_blends_the_border_with_black():
+    """Landmarks = the template + (0.5, 0): output pixel (i, j) samples the input at (i + 0.5, j), the mean of
+    columns i and i + 1. Columns alternating 10 and 11: 10.5 everywhere, rounded to 11 (Pillow: 10).
+    Template - (0.5, 0): column 0 samples x = -0.5, half a black pixel outside and half of column 0."""
+    pixels = np.tile(np.array([10, 11], dtype=np.uint8), (150, 75))  # 150 x 150, column c = 10 + c % 2
+    shifted = np.asarray(similarity_align(Image.fromarray(pixels), ARCFACE_TEMPLATE + [0.5, 0]))
+    np.testing.assert_array_equal(shifted, np.full((112, 112), 11, dtype=np.uint8))
+    flat = Image.fromarray(np.full((150, 150), 101, dtype=np.uint8))
+    edge = np.asarray(similarity_align(flat, ARCFACE_TEMPLATE - [0.5, 0]))
+    np.testing.assert_array_equal(edge[:, 0], np.full(112, 51))  # 101 / 2 = 50.5 -> 51
+    np.testing.assert_array_equal(edge[:, 1:], np.full((112, 111), 101))  # (101 + 101) / 2
+
+
+def test_sampling_positions_are_rounded_to_a_32nd_of_a_pixel():
+    """OpenCV's warpAffine samples at positions rounded to 1/32 pixel. Columns alternating 0 and 64: a shift of
+    0.01 px rounds to 0, an exact copy; a shift of 1/32 gives 31/32 * 0 + 1/32 * 64 = 2 on the even columns and
+    31/32 * 64 = 62 on the odd ones."""
+    pixels = np.tile(np.array([0, 64], dtype=np.uint8), (150, 75))
+    image = Image.fromarray(pixels)
+    np.testing.assert_array_equal(np.asarray(similarity_align(image, ARCFACE_TEMPLATE + [0.01, 0])), pixels[:112, :112])
+    expected = np.tile(np.array([2, 62], dtype=np.uint8), (112, 56))
+    np.testing.assert_array_equal(np.asarray(similarity_align(image, ARCFACE_TEMPLATE + [1 / 32, 0])), expected)
+
+
+@pytest.mark.parametrize("scale, shift", [(3.0, (100.5, 80.25)), (2.0, (-60.0, -50.0)), (2.0, (390.3, 295.0)),
+                                          (0.5, (399.7, 299.6))])
+def test_alignment_reads_the_face_region_as_the_whole_image(scale, shift):
+    """similarity_align hands warp_bilinear only the region its output can read: the same pixels as the warp of
+    the whole array, for a face inside the image, across its top-left or bottom-right border, or off it."""
+    pixels = np.random.default_rng(5).integers(0, 256, (300, 400, 3), dtype=np.uint8)
+    landmarks = scale * ARCFACE_TEMPLATE + shift
+    matrix = similarity_transform(landmarks, ARCFACE_TEMPLATE)
+    whole = warp_bilinear(pixels, np.linalg.inv(np.vstack([matrix, [0.0, 0.0, 1.0]]))[:2], 112)
+    np.testing.assert_array_equal(np.asarray(similarity_align(Image.fromarray(pixels), landmarks)), whole)
 
 
 # ----------------------------------------------------------------- box extension (VGG demo_proj.m)
 
 
 @pytest.mark.parametrize("box, image_size, factor, expected", [
-    # cx 60, cy 80; H = 1.3*60 = 78; W = 1.3*max(40, 0.875*60 = 52.5) = 68.25: the narrow box is widened
-    ((40, 50, 40, 60), (200, 200), 0.3, (26, 41, 94, 119)),
-    # cx 40, cy 30; H = 52; W = 1.3*60 = 78
-    ((10, 10, 60, 40), (200, 200), 0.3, (1, 4, 79, 56)),
-    # cx 25, cy 25; W = 65: left round(-7.5) = -7 -> 0, right round(57.5) = 58; H = 52: top -1 -> 0, bottom 51 -> 45
+    # demo_proj.m by hand: MATLAB keeps columns round(cx - W/2) .. round(cx + W/2) (1-based, both ends), rows
+    # alike, clipped to 1 .. width; 0-based with the end excluded: (round(cx - W/2) - 1, round(cx + W/2)).
+    # cx 100, cy 120; W = 1.3*max(100, 0.875*120 = 105) = 136.5: columns round(31.75) = 32 .. round(168.25) = 168;
+    # H = 1.3*120 = 156: rows 42 .. 198 (issue 34's example: before, (32, 42, 168, 198), one pixel short)
+    ((50, 60, 100, 120), (400, 400), 0.3, (31, 41, 168, 198)),
+    # cx 60, cy 80; W = 1.3*max(40, 0.875*60 = 52.5) = 68.25 (the narrow box widened): columns 26 .. 94;
+    # H = 78: rows 41 .. 119
+    ((40, 50, 40, 60), (200, 200), 0.3, (25, 40, 94, 119)),
+    # cx 40, cy 30; W = 78: columns 1 .. 79 (the first column kept); H = 52: rows 4 .. 56
+    ((10, 10, 60, 40), (200, 200), 0.3, (0, 3, 79, 56)),
+    # top-left border: cx 25, cy 25; W = 65: columns round(-7.5) = -8 -> 1 .. round(57.5) = 58;
+    # H = 52: rows -1 -> 1 .. 51 -> 45 (the image's last row)
     ((0, 5, 50, 40), (100, 45), 0.3, (0, 0, 58, 45)),
-    # factor 0: the box itself where w >= 0.875 h
-    ((20, 10, 16, 16), (64, 48), 0.0, (20, 10, 36, 26)),
-    # factor 1 (VGGFace2's released loose crops): twice the box
-    ((20, 20, 10, 10), (100, 100), 1.0, (15, 15, 35, 35)),
+    # bottom-right border: cx 90, cy 80; W = H = 26: columns 77 .. 103 -> 100, rows 67 .. 93 -> 90
+    ((80, 70, 20, 20), (100, 90), 0.3, (76, 66, 100, 90)),
+    # halves round up: cx = cy = 15, W = H = 15: columns round(7.5) = 8 .. round(22.5) = 23
+    ((10, 10, 10, 10), (100, 100), 0.5, (7, 7, 23, 23)),
+    # factor 0 where w >= 0.875 h: the box's own columns 20 .. 36 and rows 10 .. 26, both ends kept (17 x 17)
+    ((20, 10, 16, 16), (64, 48), 0.0, (19, 9, 36, 26)),
+    # factor 1 (VGGFace2's released loose crops): twice the box, columns and rows 15 .. 35
+    ((20, 20, 10, 10), (100, 100), 1.0, (14, 14, 35, 35)),
 ])
 def test_extend_box_by_hand(box, image_size, factor, expected):
     assert extend_box(*box, image_size, factor) == expected
@@ -144,6 +202,9 @@ def test_extend_box_without_a_box_is_none():
     assert extend_box(math.nan, 1, 2, 3, (10, 10)) is None
     assert extend_box(1, 1, 0, 3, (10, 10)) is None
     assert extend_box(50, 50, 5, 5, (10, 10)) is None  # outside the image
+    # cx 10, cy 0.5, W = H = 1.3: columns round(9.35) = 9 .. round(10.65) = 11 -> 10 (the last two of a
+    # 10-wide image), rows round(-0.15) = 0 -> 1 .. round(1.15) = 1
+    assert extend_box(9.5, 0, 1, 1, (10, 10)) == (8, 0, 10, 1)
 
 
 # ----------------------------------------------------------------- ImageDataset with images.face
@@ -164,7 +225,8 @@ def _face_manifest(tmp_path, rows: list[dict]) -> Manifest:
 
 
 def test_image_dataset_crops_each_face_from_its_row(tmp_path):
-    square = dict(zip(BOX_COLUMNS, (20.0, 10.0, 16.0, 16.0)))
+    # in demo_proj.m's 1-based numbers the red square is columns 21 .. 36, rows 11 .. 26: the box (21, 11, 15, 15)
+    square = dict(zip(BOX_COLUMNS, (21.0, 11.0, 15.0, 15.0)))
     manifest = _face_manifest(tmp_path, [{"path": "a.png", **square}, {"path": "b.png"}])
     dataset = ImageDataset(manifest, T.PILToTensor(), face={"name": "extend_box", "factor": 0.0})
     face, _, _ = dataset[0]
@@ -185,7 +247,7 @@ def test_align5_falls_back_to_the_extended_box_without_landmarks(tmp_path):
     aligned = dataset[0][0]
     assert aligned.shape == (3, 112, 112)
     assert (aligned[:, 8:104, 8:104] == RED).all()
-    assert dataset[1][0].shape == (3, 20, 20)  # box extended by 0.3: cx 28, W 20.8 -> (18, 8, 38, 28)
+    assert dataset[1][0].shape == (3, 21, 21)  # box extended by 0.3: cx 28, W 20.8 -> columns 18 .. 38: (17, 7, 38, 28)
     assert dataset[2][0].shape == (3, 48, 64)
 
 

@@ -85,6 +85,8 @@ def test_vit_backbones_embed_at_224(name):
     width = VIT_WIDTH[name]
     features, channels = build_backbone(name, "none")
     assert channels == width and features.output == "tokens"
+    # no BatchNorm (LayerNorm only): freeze_bn, false in the official deit_small / vit_base_512proj configs, is a no-op
+    assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in features.modules())
     # the official models: CLS token, no LayerNorm, no projection (deit_small) or a projection (vit_base_512proj)
     for projection, dim in ((False, width), (True, 32)):
         net = RetrievalNet(name, "none", pooling="cls", layernorm=False, embed_dim=dim, projection=projection).eval()

@@ -173,3 +173,42 @@ def test_a_dataset_with_one_source_plans(entry):
     plan = plan_from_config(config(datasets={"sop": entry}))
     assert plan["datasets"]["sop"]["config"] == {"replica": False, "extracted": None, "url": None, "checksum": None,
                                                  **entry}
+
+
+# --------------------------------------------------------------------------------- a plain random crop (images)
+
+
+SOP_SMOOTH_AP = ("suprank_sop", {"name": "smooth_ap", "tau": 0.01})
+
+
+@pytest.mark.parametrize("images, message", [
+    ({"rrc_scale": None}, r"images.rrc_scale is null but images.rrc_ratio \(.*suprank.yaml.*\) is \[0.75, 1.33\]: "
+                          r"both ranges \(a RandomResizedCrop\) or both null \(a plain random crop\)"),
+    ({"rrc_ratio": None}, r"images.rrc_scale is \[0.16, 1.0\] but images.rrc_ratio .* is null"),
+    ({"rrc_scale": None, "rrc_ratio": None, "train_resize": 200},
+     r"images.train_resize: a plain random crop \(rrc_scale and rrc_ratio null\) of train_crop 224 \(.*\) needs "
+     r"train_resize at least 224 on each side, got 200"),
+    ({"rrc_scale": None, "rrc_ratio": None, "train_resize": [300, 220]}, r"at least 224 on each side, got \[300, 220\]"),
+    ({"rrc_scale": None, "rrc_ratio": None, "train_resize": None}, r"at least 224 on each side, got null"),
+])
+def test_a_plain_random_crop_that_cannot_work_fails_the_plan(images, message):
+    """Before, a lone null or a crop larger than the resized image planned and failed in a data-loader worker."""
+    with pytest.raises(PlanError, match=message):
+        resolve_run(*SOP_SMOOTH_AP, {"images": images})
+
+
+def test_a_plain_random_crop_plans_and_crops_without_rescaling():
+    from PIL import Image
+
+    from rankrepro.data.transforms import train_transform
+
+    run = resolve_run(*SOP_SMOOTH_AP, {"images": {"rrc_scale": None, "rrc_ratio": None, "train_resize": 256}})
+    transform = train_transform(run["images"])
+    # a 256 x 512 (w x h) image of vertical stripes 8 px wide: a 224 crop without rescaling keeps 8-px stripes
+    stripes = Image.new("L", (256, 512))
+    stripes.putdata([255 * ((x // 8) % 2) for _ in range(512) for x in range(256)])
+    out = transform(stripes.convert("RGB"))
+    assert out.shape == (3, 224, 224)
+    row = out[0, 0]
+    changes = (row[1:] != row[:-1]).nonzero().flatten()
+    assert len(changes) >= 26 and set((changes[1:] - changes[:-1]).tolist()) == {8}

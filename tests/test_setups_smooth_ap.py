@@ -198,7 +198,11 @@ def test_the_face_setup_is_section_5_2():
     assert (model["backbone"], model["pretrained"], model["embed_dim"]) == ("senet50_256", "vggface2", 256)
     assert model["pooling"] == {"name": "identity"} and not model["projection"] and not model["layernorm"]
     assert run["images"]["face"] == {"name": "extend_box", "factor": 0.3}  # "extended by the recommended amount"
-    assert run["images"]["test_resize"] == [224, 224] and run["images"]["test_crop"] == 224  # "resized to 224x224"
+    # "resized to 224x224" as [7]'s network takes it: the centre 224 of a shorter side of 256 (VGG's README), no
+    # squash; training: random 224 crops of the same resize (faces.md B.2)
+    images = run["images"]
+    assert (images["test_resize"], images["test_crop"], images["train_resize"], images["train_crop"]) == (256, 224, 256, 224)
+    assert images["rrc_scale"] is None and images["rrc_ratio"] is None  # a plain random crop, no rescaling
     assert run["sampler"] == {"name": "m_per_class", "batch_size": 224, "samples_per_class": 4, "reduce_per_class": None}
     groups = run["optimizer"]["groups"]  # Adam 1e-5, weight decay 4e-5
     assert run["optimizer"]["name"] == "adam" and groups["net"]["lr"] == 1e-5 and groups["net"]["weight_decay"] == 4e-5
@@ -221,6 +225,10 @@ def test_table4_base_rows_are_evaluate_only_and_the_arcface_rows_swap_the_networ
     assert runs["ArcFace"]["model"]["pretrained"] == "vggface2_arcface" and runs["ArcFace"]["images"]["test_crop"] == 112
     assert runs["VGGFace2 +Pairwise"]["loss"]["neg_margin"] == 0.5  # [choice], faces.md B.2
     assert runs["ArcFace +Triplet"]["loss"]["mining"] == "semihard" and runs["ArcFace +Triplet"]["loss"]["margin"] == 0.2
+    for method in ("VGGFace2 +Triplet", "ArcFace +Triplet"):  # FaceNet's margin 0.2 is on squared distances
+        assert runs[method]["loss"]["distance"] == "squared_euclidean"
+    arcface = runs["ArcFace +Pairwise"]["images"]  # the aligned 112 x 112 face whole, flipped: no random crop
+    assert arcface["rrc_scale"] == arcface["rrc_ratio"] == [1.0, 1.0] and arcface["train_resize"] == [112, 112]
 
 
 def test_table5_varies_one_parameter_at_a_time():

@@ -6,6 +6,7 @@ overrides still apply to each. Quotes: ../shared/papers/suprank_tpami.txt."""
 import pytest
 
 from rankrepro import catalog
+from rankrepro.plan.build import make_plan
 from rankrepro.plan.planned import load_planned
 from rankrepro.plan.planner import resolve_run
 from setuputil import DEMO, assert_demo_overrides_applied, run_of
@@ -179,6 +180,26 @@ def test_hgldv2_projection_init(planner):
     """VII-C3 "initialize a linear projection with a PCA": retrieval_net takes ``projection_init``."""
     assert "projection_init" in catalog.load()["model"]["retrieval_net"]["parameters"]
     assert run_of(planner, "suprank_hgldv2", HAPPIER)["model"]["projection_init"] == "pca"
+
+
+# --------------------------------------------------------------------- Table IV transformers
+
+
+def test_table_iv_transformers_keep_their_batchnorm_flag_false():
+    """The official model configs of Table IV's transformer rows set ``freeze_batch_norm: False``
+    (elias-ramzi/SupRank @ d3d0e3c model/deit_small.yaml, model/vit_base_512proj.yaml), where the ResNet
+    rows' resnet_ln.yaml sets True: every run of the DeiT-S and ViT-B rows says False, the others True."""
+    plan = make_plan({"suprank": ["table4"]})
+    table = plan["tables"]["suprank/table4"]
+    rows = {i: r["method"] for i, r in enumerate(table["spec"]["rows"])}
+    by_backbone = {}
+    for cell in table["cells"]:
+        for rid in cell["run_ids"]:
+            model = plan["runs"][rid]["model"]
+            by_backbone.setdefault(model["backbone"], set()).add((rows[cell["row"]], model["freeze_bn"]))
+    assert by_backbone["deit_small"] == {("ROADMAP (ours) DeiT-S", False)}
+    assert by_backbone["vit_base"] == {("ROADMAP (ours) ViT-B", False)}
+    assert {flag for _, flag in by_backbone["resnet50"]} == {True}
 
 
 # -------------------------------------------------------------------------------- demo

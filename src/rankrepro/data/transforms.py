@@ -22,13 +22,16 @@ def _size(value):
 
 
 def train_transform(cfg: dict):
-    """[Resize(train_resize)] -> RandomResizedCrop(train_crop, rrc_scale, rrc_ratio) -> horizontal flip -> normalise.
+    """[Resize(train_resize)] -> RandomResizedCrop(train_crop, rrc_scale, rrc_ratio) -> horizontal flip -> normalise;
+    with ``rrc_scale`` and ``rrc_ratio`` null, a plain RandomCrop(train_crop) instead of the RandomResizedCrop.
 
-    ``cfg`` is a run's complete ``images`` block (no defaults here: the plan pins them)."""
+    ``cfg`` is a run's complete ``images`` block (no defaults here: the plan pins them and checks that a plain
+    random crop fits: :func:`rankrepro.plan.complete.check_random_crop`)."""
     steps = []
     if cfg["train_resize"]:
         steps.append(T.Resize(_size(cfg["train_resize"])))
     steps += [
+        T.RandomCrop(cfg["train_crop"]) if cfg["rrc_scale"] is None else
         T.RandomResizedCrop(cfg["train_crop"], scale=tuple(cfg["rrc_scale"]), ratio=tuple(cfg["rrc_ratio"])),
         T.RandomHorizontalFlip(0.5),
         T.ToTensor(),

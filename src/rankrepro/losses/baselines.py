@@ -89,11 +89,13 @@ def _drop_self(idx: tuple, n_self: int) -> tuple:
 
 
 def _distance(name: str):
-    if name == "euclidean":
-        return pml_distances.LpDistance(normalize_embeddings=True, p=2, power=1)
+    """PML's distance of that name on the embeddings: ``euclidean`` and ``squared_euclidean`` (|a - b|, |a - b|^2,
+    both L2-normalised first), ``cosine``, ``dot``."""
+    if name in ("euclidean", "squared_euclidean"):
+        return pml_distances.LpDistance(normalize_embeddings=True, p=2, power=1 if name == "euclidean" else 2)
     if name in ("cosine", "dot"):
         return pml_distances.CosineSimilarity() if name == "cosine" else pml_distances.DotProductSimilarity()
-    raise ValueError(f"distance must be 'euclidean', 'cosine' or 'dot', got {name!r}")
+    raise ValueError(f"distance must be 'euclidean', 'squared_euclidean', 'cosine' or 'dot', got {name!r}")
 
 
 def _check_choice(param: str, value, allowed) -> None:
@@ -195,8 +197,10 @@ class Triplet(_Adapter):
       probability ∝ q(d)^-1 (Wu et al. 2017, PML ``DistanceWeightedMiner`` weights,
       ``cutoff``, ``nonzero_loss_cutoff``).
 
-    ``distance``: ``"euclidean"`` (PML default ``LpDistance`` on normalised embeddings) or
-    ``"dot"`` (SupRank's ``DotProductSimilarity``; use with margin 0.05 for its triplet).
+    ``distance``: ``"euclidean"`` (PML default ``LpDistance`` on normalised embeddings),
+    ``"squared_euclidean"`` (its square: FaceNet's ``[|a - p|^2 - |a - n|^2 + margin]_+``, margin 0.2; the
+    semi-hard rule then compares squared distances too) or ``"dot"`` (SupRank's ``DotProductSimilarity``;
+    use with margin 0.05 for its triplet).
     Sampled mining (uniform, distance_weighted) draws from torch's global RNG.
     """
 
@@ -206,7 +210,7 @@ class Triplet(_Adapter):
                  cutoff: float = 0.5, nonzero_loss_cutoff: float = 1.4):
         super().__init__()
         _check_choice("mining", mining, self.MINING)
-        _check_choice("distance", distance, ("euclidean", "dot"))
+        _check_choice("distance", distance, ("euclidean", "squared_euclidean", "dot"))
         if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
             raise ValueError(f"margin must be a number >= 0, got {margin!r}")
         if not 0 <= cutoff < nonzero_loss_cutoff:

@@ -25,7 +25,7 @@ from rankrepro.record.tasks import DEFAULT_TASK, facts_of
 from rankrepro.registry import ParameterError, check_parameters
 
 __all__ = ["ID_NEUTRAL_DEFAULTS", "SCHEMA_DEFAULT", "canonical_json", "check_batch_split", "check_dataset_tasks",
-           "check_index_blocks", "dataset_task",
+           "check_index_blocks", "check_random_crop", "dataset_task",
            "check_select_by", "complete_run", "leaf_paths", "provenance", "run_id"]
 
 #: the origin of a value the run schema's default filled
@@ -155,6 +155,7 @@ def complete_run(merged: dict, origins: dict, catalog: dict, schemas: Schemas, c
     complete_groups(run, origins, catalog, context)
     check_batch_split(run, origins, context)
     check_index_blocks(run, origins, context)
+    check_random_crop(run, origins, context)
     if run["warmup_epochs"] > run["epochs"]:  # the backbone would never train
         raise PlanError(f"run{context}: warmup_epochs ({run['warmup_epochs']}, {origin_of(origins, ('warmup_epochs',))}) "
                         f"exceeds epochs ({run['epochs']}, {origin_of(origins, ('epochs',))})")
@@ -236,6 +237,25 @@ def check_index_blocks(run: dict, origins: dict, context: str = "") -> None:
     if blocks is not None and per_class is not None and blocks != per_class:
         raise PlanError(f"{_where(origins, ('loss', 'index_blocks'), context)}: index_blocks {blocks} must equal the "
                         f"sampler's samples_per_class {per_class} ({origin_of(origins, ('sampler', 'samples_per_class'))})")
+
+
+def check_random_crop(run: dict, origins: dict, context: str = "") -> None:
+    """:class:`PlanError` naming where the values were set when ``images.rrc_scale`` and ``rrc_ratio`` are not
+    both ranges (a RandomResizedCrop) or both null (a plain random crop, :func:`rankrepro.data.transforms.
+    train_transform`), or when a plain random crop would not fit: ``train_resize`` null, or a side of it
+    smaller than ``train_crop`` (an int resizes the shorter side to it)."""
+    images = run["images"]
+    scale, ratio = images["rrc_scale"], images["rrc_ratio"]
+    if (scale is None) != (ratio is None):
+        shown = {key: "null" if value is None else value for key, value in (("scale", scale), ("ratio", ratio))}
+        raise PlanError(f"{_where(origins, ('images', 'rrc_scale'), context)} is {shown['scale']} but images.rrc_ratio "
+                        f"({origin_of(origins, ('images', 'rrc_ratio'))}) is {shown['ratio']}: both ranges (a "
+                        "RandomResizedCrop) or both null (a plain random crop)")
+    resize, crop = images["train_resize"], images["train_crop"]
+    if scale is None and (resize is None or min(resize if isinstance(resize, list) else [resize]) < crop):
+        raise PlanError(f"{_where(origins, ('images', 'train_resize'), context)}: a plain random crop (rrc_scale and "
+                        f"rrc_ratio null) of train_crop {crop} ({origin_of(origins, ('images', 'train_crop'))}) needs "
+                        f"train_resize at least {crop} on each side, got {'null' if resize is None else resize}")
 
 
 def check_select_by(run: dict, origins: dict, context: str = "") -> None:
