@@ -1,6 +1,7 @@
 """The Snakemake workflow: lint, dry runs (full config, SLURM profile), config errors,
 and the demo profile end to end on a copy of the workflow."""
 
+import csv
 import json
 import os
 import re
@@ -251,6 +252,29 @@ def test_demo_profile_end_to_end(tmp_path):
     assert {d.name for d in run_dirs} | {"table:suprank/table1"} <= names
     again = smk(wf, "--cores", "2", *demo)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+@pytest.mark.slow
+def test_the_demo_renders_variant_rows_when_the_config_turns_them_on(tmp_path):
+    """``variants`` on for two tables of the demo: PNP Table 3's label-based rows train runs of their own, SupRank
+    Table I's selection variant shows its main row's runs at their best test epoch; the tables show the variant
+    rows with their Δ main, and the index counts their cells apart."""
+    wf = workflow_copy(tmp_path)
+    papers = yaml.safe_load((wf / "config.yaml").read_text())["tables"]
+    (wf / "subset.yaml").write_text(yaml.safe_dump({
+        "tables": {**{p: [] for p in papers}, "suprank": ["table1"], "pnp": ["table3"]},
+        "synthetic": {"names": []}, "variants": {"suprank/table1": True, "pnp": True}}))
+    demo = ["--profile", "profiles/demo", "--configfile", "profiles/demo/demo.yaml", "subset.yaml"]
+    result = smk(wf, "--cores", "2", *demo, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    pnp = (wf / "results" / "tables" / "pnp" / "table3.md").read_text()
+    assert "SOP R@1 Δ main" in pnp and "| PNP-D_q (BS = 112) · label-based positives (index_blocks null) |" in pnp
+    assert "Source: the paper's text (eqs. 2-3" in pnp
+    with open(wf / "results" / "tables" / "suprank" / "table1.csv") as fh:
+        variant = [r for r in csv.DictReader(fh) if r["variant"]]
+    assert len(variant) == 4 and all(r["select"] == "best_test" and r["ours"] for r in variant)
+    index = (wf / "results" / "README.md").read_text()
+    assert "of 12 cells reproduced, counted apart from the paper's cells" in index  # 8 in pnp/table3, 4 in table1
 
 
 def _requirement_names(specs):

@@ -24,6 +24,7 @@ from rankrepro.plan.schema import (SCHEMA_DIR, PlanError, fill_schema_defaults, 
                                    validate)
 from rankrepro.plan.setups import load_setups
 from rankrepro.plan.specs import SPECS_DIR, load_spec, spec_names
+from rankrepro.plan.variants import check_variants_setting, expand_variants, variants_on
 from rankrepro.tables.kinds import spec_kind
 
 __all__ = ["HGLDV2_DATASET", "HGLDV2_SOURCE", "SOURCE_KEYS", "PlanFiles", "check_one_source", "make_plan",
@@ -32,11 +33,13 @@ __all__ = ["HGLDV2_DATASET", "HGLDV2_SOURCE", "SOURCE_KEYS", "PlanFiles", "check
 
 def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datasets_config: dict | None = None,
               *, specs_dir: str | Path | None = None, setups_dir: str | Path | None = None,
-              synthetic: dict | None = None, seeds: dict[str, list[int]] | None = None, **planner_kw) -> dict:
+              synthetic: dict | None = None, seeds: dict[str, list[int]] | None = None,
+              variants: bool | dict | None = None, **planner_kw) -> dict:
     """The plan (as JSON data: :meth:`Plan.to_json`) of the config's ``tables`` ({paper: [table, ...]}),
     ``run_overrides`` and ``datasets``, and its ``synthetic`` results (those that need no dataset,
     :mod:`rankrepro.synthetic`). Each table is planned by its kind (:meth:`TableKind.plan`), with the
-    config's ``seeds`` ({"<paper>/<table>": [seed, ...]}) in place of its spec's."""
+    config's ``seeds`` ({"<paper>/<table>": [seed, ...]}) in place of its spec's, and its variant rows
+    where the config's ``variants`` turns them on (:mod:`rankrepro.plan.variants`)."""
     if setups_dir is not None and "setups" not in planner_kw:
         planner_kw["setups"] = load_setups(setups_dir, planner_kw.get("schemas"))
     planner = Planner(overrides, **planner_kw)
@@ -56,9 +59,13 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
         if key not in listed and key not in specs:
             raise PlanError(f"config seeds.{key}: no table {key} in the config's tables ({', '.join(listed)}) "
                             "nor among the table specs")
+    loaded = {(paper, table): load_spec(paper, table, planner.schemas, specs_dir)
+              for paper, names in tables.items() for table in names}
+    check_variants_setting(variants, tables, {f"{p}/{t}": any("variants" in row for row in spec.get("rows", ()))
+                                              for (p, t), spec in loaded.items()})
     for paper, names in tables.items():
         for table in names:
-            spec = load_spec(paper, table, planner.schemas, specs_dir)
+            spec = expand_variants(loaded[paper, table], variants_on(variants, paper, table))
             kind = spec_kind(spec)
             if f"{paper}/{table}" in seeds:
                 if not kind.has_runs:
@@ -184,7 +191,7 @@ def plan_from_config(config: dict) -> dict:
     validate_config(config)
     plan = make_plan(config.get("tables") or {}, config.get("run_overrides") or {}, config.get("datasets") or {},
                      specs_dir=config.get("specs_dir"), setups_dir=config.get("setups_dir"),
-                     synthetic=config.get("synthetic"), seeds=config.get("seeds"))
+                     synthetic=config.get("synthetic"), seeds=config.get("seeds"), variants=config.get("variants"))
     plan["hgldv2"] = plan_hgldv2(config.get("hgldv2"), plan["datasets"])
     return plan
 

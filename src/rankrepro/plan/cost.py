@@ -25,7 +25,9 @@ A run's estimate is training plus evaluation on one GPU of a kind (``--gpu``, de
   checked when it is read (:func:`load_profile`, naming the file and key).
 
 A table's figure sums its runs; a run shared by several tables counts in each table's figure, but once in its
-paper's and once in the total.
+paper's and once in the total. Variant rows (config ``variants``, :mod:`rankrepro.plan.variants`) are in these
+figures, and each table and the total also give apart the GPU-hours of the runs only variant rows need
+(:func:`variant_runs`).
 """
 
 from __future__ import annotations
@@ -219,12 +221,34 @@ def plan_cost(plan: Plan | dict, gpu: str = "h100", results: str | Path = "resul
     for table in plan.tables.values():
         for rid in set(table.runs):
             users[rid] = users.get(rid, 0) + 1
+    variant_only = variant_runs(plan)
     tables = {key: {**_sum(runs, t.runs), "paper": t.paper, "title": t.title,
-                    "shared": sum(users[r] > 1 for r in set(t.runs))} for key, t in plan.tables.items()}
+                    "shared": sum(users[r] > 1 for r in set(t.runs)),
+                    "variants": _sum(runs, [r for r in t.runs if r in variant_only])} for key, t in plan.tables.items()}
     papers = {paper: {**_sum(runs, [r for k in plan.tables_of_paper(paper) for r in plan.runs_of(k)]),
                       "tables": plan.tables_of_paper(paper)} for paper in plan.papers()}
     return {"gpu": profile.get("gpu", gpu), "profile": profile["path"], "measured": bool(profile["measured"]),
-            "runs": runs, "tables": tables, "papers": papers, "total": _sum(runs, plan.runs)}
+            "runs": runs, "tables": tables, "papers": papers,
+            "total": {**_sum(runs, plan.runs), "variants": _sum(runs, [r for r in plan.runs if r in variant_only])}}
+
+
+def variant_runs(plan: Plan) -> set[str]:
+    """The runs only variant rows need (:mod:`rankrepro.plan.variants`): those of variant cells that no other cell
+    of any table needs."""
+    variant, main = set(), set()
+    for table in plan.tables.values():
+        mine = {r for cell in table.cells if cell.get("variant") for r in cell.get("run_ids", ())}
+        others = {r for cell in table.cells if not cell.get("variant") for r in cell.get("run_ids", ())}
+        variant |= mine - others
+        main |= set(table.runs) - (mine - others)
+    return variant - main
+
+
+def _variants_text(entry: dict) -> str:
+    """`` of which variant rows: X GPU-h, N runs`` where variant rows need runs of their own, "" otherwise."""
+    v = entry.get("variants")
+    return (f"; variant rows: {_h(v['gpu_h'])} GPU-h, {v['runs']} run{'s' * (v['runs'] > 1)}"
+            if v and v["runs"] else "")
 
 
 def _h(value: float) -> str:
@@ -237,7 +261,8 @@ def to_text(cost: dict, per_run: bool = False) -> str:
     lines = [f"GPU-hour estimate on {cost['gpu']} ({cost['profile']}, "
              f"{'measured' if cost['measured'] else 'NOT MEASURED: assumed figures'})",
              f"total: {_h(t['gpu_h'])} GPU-h for {t['runs']} runs, each counted once"
-             + (f" (+ {t['not_estimated']} runs not estimated: no image count)" if t["not_estimated"] else ""),
+             + (f" (+ {t['not_estimated']} runs not estimated: no image count)" if t["not_estimated"] else "")
+             + _variants_text(t),
              "a table counts every run it needs (a shared run in each table); a paper and the total count it once", ""]
     for paper, p in cost["papers"].items():
         lines.append(f"{paper}: {_h(p['gpu_h'])} GPU-h ({p['runs']} runs"
@@ -246,6 +271,7 @@ def to_text(cost: dict, per_run: bool = False) -> str:
             e = cost["tables"][key]
             extra = [f"{e['shared']} shared"] if e["shared"] else []
             extra += [f"{e['not_estimated']} not estimated"] if e["not_estimated"] else []
+            extra += [_variants_text(e)[2:]] if _variants_text(e) else []
             figure = _h(e["gpu_h"]) if e["runs"] > e["not_estimated"] else "-"
             lines.append(f"  {key.split('/', 1)[1]:<12} {figure:>8} GPU-h  {e['runs']:>3} runs"
                          + (f" ({', '.join(extra)})" if extra else "") + f"  {e['title']}")

@@ -10,7 +10,8 @@ once. **Hours** are the wall time recorded by a table's runs (:func:`run_hours`)
 ``seconds``; its ``device`` when recorded, else the training's), summed per device kind:
 **GPU-hours** (CUDA) and **CPU-hours**. A run shared by several tables counts in each of them;
 the total counts it once. **est. GPU h** beside them is the estimate before running
-(:mod:`rankrepro.plan.cost`, ``python -m rankrepro cost``) on :data:`ESTIMATE_GPU`. **best − last**
+(:mod:`rankrepro.plan.cost`, ``python -m rankrepro cost``) on :data:`ESTIMATE_GPU`. **Variant rows** (:mod:`rankrepro.plan.variants`) are counted apart from the paper's
+cells, per table and in the total. **best − last**
 is the mean gap, in points, between the best epoch on the test set and the last epoch over a table's
 cells with a test curve (the total: over every such cell), the optimism of the papers' model selection.
 
@@ -146,6 +147,8 @@ def build_index(plan: Plan | dict, results_dir: str | Path) -> dict:
             "cpu_h": sum(h["cpu_s"] for h in hours.values()) / 3600,
             "unknown_h": sum(h["unknown_s"] for h in hours.values()) / 3600,
             "gap": _mean_gap(tables), "gap_cells": sum(t.get("gap_cells", 0) for t in tables),
+            "variant_cells": sum(t.get("variant_cells", 0) for t in tables),
+            "variant_reproduced": sum(t.get("variant_reproduced", 0) for t in tables),
         },
         "synthetic": [{"name": n, "md": (results_dir / "synthetic" / f"{n}.md").is_file(),
                        "png": (results_dir / "synthetic" / f"{n}.png").is_file()} for n in synthetic],
@@ -161,6 +164,12 @@ def _mean_gap(tables: list[dict]) -> float | None:
     """The mean best − last over every cell of ``tables`` (index entries) that has both."""
     cells = sum(t.get("gap_cells", 0) for t in tables)
     return sum(t["gap"] * t["gap_cells"] for t in tables if t.get("gap_cells")) / cells if cells else None
+
+
+def _variants(entry: dict) -> str:
+    """A table's variant cells beside its cells: `` (+N variant, M reproduced)``; "" without variant rows."""
+    n = entry.get("variant_cells")
+    return f" (+{n} variant, {entry['variant_reproduced']} reproduced)" if n else ""
 
 
 def _gap(value: float | None) -> str:
@@ -206,7 +215,10 @@ def to_markdown(index: dict) -> str:
         f"{_hours(t['cpu_h'])} CPU-hours" + (f", {_hours(t['unknown_h'])} hours on an unrecorded device"
                                               if t["unknown_h"] else "") + " (each run counted once)."
         + (f" Best epoch on the test set − last epoch: {_gap(t['gap'])} points on average over "
-           f"{t['gap_cells']} cells." if t.get("gap_cells") else ""), "",
+           f"{t['gap_cells']} cells." if t.get("gap_cells") else "")
+        + (f" Variant rows (config `variants`: the paper row with the official code's or another reading's "
+           f"setting): {t['variant_reproduced']} of {t['variant_cells']} cells reproduced, counted apart from the "
+           "paper's cells." if t.get("variant_cells") else ""), "",
         "## Tables", "",
         ("Cells: the table's cells less the rows the paper cites from other work; reproduced: cells with a "
         f"number of ours; within 1 pt: |ours − paper| ≤ {WITHIN:g} where both exist (percent points, 0.01 in a "
@@ -233,7 +245,7 @@ def to_markdown(index: dict) -> str:
             f"{e['finished']}/{e['runs']}" + (f" ({e['shared']} shared)" if e["shared"] else ""))
         hours = ("—", "—") if not e["has_runs"] else (_hours(e["gpu_h"]), _hours(e["cpu_h"]))
         lines.append(f"| {md_cell(e['paper'])} | {md_cell(e['table'] + ': ' + e['title'])} | {files} | {e['data']} | "
-                     f"{e['cells']} | {e['reproduced']} | {e['within']} | {_gap(e.get('gap'))} | {e['pending']} | "
+                     f"{e['cells']}{_variants(e)} | {e['reproduced']} | {e['within']} | {_gap(e.get('gap'))} | {e['pending']} | "
                      f"{runs} | {hours[0]} | "
                      f"{hours[1]} | {_estimated(e.get('est_gpu_h'))} |")
     pending = [e for e in index["tables"] if e["reasons"]]

@@ -25,6 +25,8 @@ The index entry and HTML page here are those of a table of numbers (its CSV's ``
   :mod:`rankrepro.record.selection`), the mean of the best epoch's on the test set minus the last
   epoch's, in points (``gap``, over ``gap_cells``; None without such a cell): how much choosing the
   epoch on the test set, as Smooth-AP, PNP, RaMBO and top-k report, adds;
+- **variant cells**: the cells of variant rows (:mod:`rankrepro.plan.variants`), counted apart (``variant_cells``,
+  ``variant_reproduced``) and in none of the counts above; a variant's cell in a column it does not change is none;
 - **hours**: the wall time of the table's runs (:func:`rankrepro.tables.index.run_hours`), summed
   per device kind; a run shared by several tables counts in each of them.
 """
@@ -38,6 +40,7 @@ from typing import NamedTuple
 
 from rankrepro.messages import ShortMessage
 from rankrepro.plan.schema import PlanError
+from rankrepro.plan.variants import SAME_AS_MAIN
 from rankrepro.tables.formats import html_mark, html_text, paper_number, parse_number, read_table_csv
 
 __all__ = ["REPLICA_NOTE", "WITHIN", "KindPlan", "TableError", "TableKind", "check_paper_counts", "row_label",
@@ -150,15 +153,20 @@ class TableKind:
                                                                                *c.get("reference_run_ids", ())))}
         ncol = len(table.spec["columns"])
         reasons: Counter = Counter()
-        counted = reproduced = within = cited = 0
+        counted = reproduced = within = cited = variant_cells = variant_reproduced = 0
         replica = None
         gaps = []
         for i, row in enumerate(rows):
+            position = (i // ncol, i % ncol)
+            if row.get("variant"):  # a variant row's cell (rankrepro.plan.variants): counted apart
+                if pending_of.get(position) != SAME_AS_MAIN:
+                    variant_cells += 1
+                    variant_reproduced += row["ours"] is not None and position not in unfinished
+                continue
             if row.get("status") == "cited":
                 cited += 1
                 continue
             counted += 1
-            position = (i // ncol, i % ncol)
             if row["ours"] is not None and position not in unfinished:
                 reproduced += 1
                 replica = (replica or False) or row.get("replica") == "True"
@@ -177,6 +185,7 @@ class TableKind:
             "pending": sum(reasons.values()), "reasons": dict(reasons.most_common()),
             "data": self.data_label(replica),
             "gap": statistics.fmean(gaps) if gaps else None, "gap_cells": len(gaps),
+            "variant_cells": variant_cells, "variant_reproduced": variant_reproduced,
             "runs": len(table.runs), "finished": sum(h["finished"] for h in used),
             "shared": len(set(table.runs) & shared),
             "gpu_h": sum(h["cuda_s"] for h in used) / 3600, "cpu_h": sum(h["cpu_s"] for h in used) / 3600,

@@ -40,6 +40,7 @@ from rankrepro.record.selection import SELECT, shown_metrics
 from rankrepro.plan.complete import run_id
 from rankrepro.plan.schema import PlanError, validate
 from rankrepro.plan.setups import check_per_loss
+from rankrepro.plan.variants import SAME_AS_MAIN, VARIANT, is_variant, variant_column, variant_layers
 from rankrepro.tables.formats import (BEST, REPLICA_TEX, SECOND, group_spans, latex_table, markdown_page, md_mark, numbers_csv, paper_number,
                                       parse_number, tex_escape, tex_mark, write_outputs)
 from rankrepro.tables.kinds import TABLE_KINDS
@@ -97,7 +98,7 @@ def cell_values(cells: list[dict], runs_dir: str | Path, spec: dict) -> tuple[di
                                "add it to the setup's eval.metrics")
             last.append(factor * shown_metrics(result, "last")[cell["metric"]])
             best.append(factor * shown_metrics(result, "best_test")[cell["metric"]])
-            selects.add(result.get("select", "last"))
+            selects.add(cell.get("select") or result.get("select", "last"))  # a variant may show the other epoch
             select_by.add((result.get("best_test") or {}).get("select_by"))
             curves.add((result.get("best_test") or {}).get("source") == "curve")
         if len(selects) > 1:
@@ -117,7 +118,7 @@ def mark_groups(spec: dict) -> list[list[int]]:
     best = spec.get("best")
     if best is None:
         return []
-    rows = spec["rows"]
+    rows = [row for row in spec["rows"] if not is_variant(row)]  # variant rows are not the paper's: never marked
     if "groups" not in best:
         return [list(range(len(rows)))]
     where = f"{spec['paper']}/{spec['table']}: best.groups"
@@ -211,6 +212,13 @@ def table_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
     for i, entry in enumerate(out):
         entry["paper_mark"] = paper_marks.get((i // ncol, i % ncol), "")
         entry["ours_mark"] = ours_marks.get((i // ncol, i % ncol), "")
+    if any(is_variant(row) for row in spec["rows"]):
+        for i, entry in enumerate(out):
+            variant = spec["rows"][i // ncol].get(VARIANT)
+            main = out[variant["of"] * ncol + i % ncol] if variant else None
+            entry["variant"] = variant["label"] if variant else ""
+            entry["diff_main"] = (None if main is None or main["ours"] is None or entry["ours"] is None
+                                  else round(entry["ours"] - main["ours"], entry["decimals"] + 1))
     return out
 
 
@@ -268,13 +276,42 @@ def selection_note(rows: list[dict]) -> str:
     return " ".join(n[0].upper() + n[1:] for n in notes)
 
 
+#: the sub-column of a variant row's difference to its main row's ours (tables with variant rows only)
+DIFF_MAIN = "Δ main"
+
+
+def _diff_main(entry: dict) -> str:
+    return "" if entry.get("diff_main") is None else f"{entry['diff_main']:+.{entry['decimals']}f}"
+
+
+def variant_notes(spec: dict) -> list[str]:
+    """One line per variant row of ``spec`` (:mod:`rankrepro.plan.variants`): its name, what it changes and its
+    source; [] without variant rows."""
+    notes = []
+    for row in spec["rows"]:
+        variant = row.get(VARIANT)
+        if not variant:
+            continue
+        changes = [f"{part} {json.dumps(variant[part], sort_keys=True)}" for part in ("run", "column_runs")
+                   if part in variant]
+        changes += [f"shows the {SELECT[variant['select']]} of the main row's runs"] if "select" in variant else []
+        columns = f" (columns {', '.join(variant['columns'])})" if "columns" in variant else ""
+        notes.append(f"Variant row {row['method']!r}: {spec['rows'][variant['of']]['method']!r} with "
+                     f"{'; '.join(changes)}{columns}. Source: {variant['source']}.")
+    return notes
+
+
 def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
     ncol = len(spec["columns"])
     other = other_column(rows)
-    parts = ("paper", "ours", "Δ") + ((other,) if other else ())
+    variants = variant_notes(spec)
+    parts = ("paper", "ours", "Δ") + ((other,) if other else ()) + ((DIFF_MAIN,) if variants else ())
     header = ["Method"] + [f"{c['group']} {c['header']} {part}" for c in spec["columns"] for part in parts]
     intro = (f"Source: {spec['source']}. Paper numbers beside ours (percent unless a column says fraction); "
              "Δ = ours − paper; — = no run yet (see notes). " + selection_note(rows)).rstrip()
+    if variants:
+        intro += (" Rows after the paper's are variant rows (config `variants`): a paper row again with the official "
+                  f"code's or another reading's setting; {DIFF_MAIN} = the variant's ours − its main row's.")
     cells, notes = [], []
     for r, row in enumerate(spec["rows"]):
         entries = rows[r * ncol:(r + 1) * ncol]
@@ -282,17 +319,18 @@ def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
         cells.append([method] + [part for e in entries
                                  for part in (md_mark(paper_number(e["paper"], e["decimals"]), e["paper_mark"]),
                                               md_mark(_ours(e), e["ours_mark"]), _diff(e))
-                                 + ((_other(e),) if other else ())])
+                                 + ((_other(e),) if other else ()) + ((_diff_main(e),) if variants else ())])
         notes += sorted({e["status"] for e in entries if e["status"] not in ("ours", "cited")})
-    return markdown_page(spec, intro, REPLICA_NOTE if replica else None, header, cells, notes)
+    return markdown_page(spec, intro, REPLICA_NOTE if replica else None, header, cells, notes + variants)
 
 
 def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
     ncol = len(spec["columns"])
     other = other_column(rows)
-    width = 4 if other else 3  # paper, ours, Δ (and the other epoch's)
+    variants = any(is_variant(row) for row in spec["rows"])
+    width = 3 + bool(other) + variants  # paper, ours, Δ (the other epoch's, Δ main)
     groups = group_spans(spec["columns"], width)
-    sub = "paper & ours & $\\Delta$" + (f" & {other}" if other else "")
+    sub = "paper & ours & $\\Delta$" + (f" & {other}" if other else "") + (" & $\\Delta$ main" if variants else "")
     lines = ["Method & " + " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{tex_escape(g)}}}" for g, n in groups) + r" \\",
              " & " + " & ".join(rf"\multicolumn{{{width}}}{{c}}{{{tex_escape(c['header'])}}}" for c in spec["columns"])
              + r" \\",
@@ -303,11 +341,24 @@ def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
         for e in entries:
             ours = "--" if e["ours"] is None else _ours(e, pm="$\\pm$")
             parts += [tex_mark(paper_number(e["paper"], e["decimals"]), e["paper_mark"]),
-                      tex_mark(ours, e["ours_mark"]), _diff(e)] + ([_other(e, "$\\pm$")] if other else [])
+                      tex_mark(ours, e["ours_mark"]), _diff(e)] + ([_other(e, "$\\pm$")] if other else []) + (
+                [_diff_main(e)] if variants else [])
         lines.append(" & ".join(parts) + r" \\")
     note = selection_note(rows)
     caption = tex_escape(spec["caption"]) + (REPLICA_TEX if replica else "") + (f" {tex_escape(note)}" if note else "")
     return latex_table(caption, "l" + "r" * width * ncol, lines)
+
+
+def _cell_record(cell: Cell, row: dict) -> dict:
+    """A cell's plan record: its fields, and for a variant row's cell ``variant`` (true) and the epoch the
+    variant shows where it sets one (``select``): keys a paper row's cell does not have, so that a table's plan
+    without variants is what it was before variants existed."""
+    record = asdict(cell)
+    if VARIANT in row:
+        record["variant"] = True
+        if "select" in row[VARIANT]:
+            record["select"] = row[VARIANT]["select"]
+    return record
 
 
 @TABLE_KINDS.register("runs")
@@ -326,6 +377,20 @@ class RunsTable(TableKind):
                     raise PlanError(f"{where}: rows[{r}].column_runs.{selector}: no column has this group or key; "
                                     f"groups: {', '.join(sorted({c['group'] for c in spec['columns']}))}")
                 blocks.append((("rows", r, "column_runs", selector), block))
+            labels = [variant["label"] for variant in row.get("variants", ())]
+            for v, variant in enumerate(row.get("variants", ())):
+                at = ("rows", r, "variants", v)
+                if variant["label"] in labels[:v]:
+                    raise PlanError(f"{where}: rows[{r}].variants[{v}].label: {variant['label']!r} labels two "
+                                    f"variants of {row['method']!r}; each says what it changes")
+                for selector in (*variant.get("column_runs", {}), *variant.get("columns", ())):
+                    if selector not in selectors:
+                        raise PlanError(f"{where}: rows[{r}].variants[{v}]: {selector!r}: no column has this group "
+                                        f"or key; keys: {', '.join(c['key'] for c in spec['columns'])}")
+                if "run" in variant:
+                    blocks.append(((*at, "run"), variant["run"]))
+                blocks += [((*at, "column_runs", selector), block)
+                           for selector, block in variant.get("column_runs", {}).items()]
             for prefix, block in blocks:
                 validate(block, schemas.partial_run, where, prefix=prefix)
                 check_per_loss(block, schemas, where, prefix)
@@ -344,23 +409,31 @@ class RunsTable(TableKind):
                 if row.get("cited"):
                     cell.pending = "cited from other work"
                     continue
+                variant = row.get(VARIANT)
+                if variant and not variant_column(variant, column):
+                    cell.pending = SAME_AS_MAIN
+                    continue
+                # a variant row's layers are its main row's (its spec position names them), then the variant's
+                at = f"rows[{variant['of']}]" if variant else f"rows[{r}]"
                 cell.pending = planner.pending(column["setup"], row["loss"]["name"],
-                                               f"{where}: rows[{r}] ({row['method']}) x columns[{c}] ({column['key']})")
+                                               f"{where}: {at} ({row['method']}) x columns[{c}] ({column['key']})")
                 if cell.pending:
                     continue
                 layers = [(f"{where}: columns[{c}].run", column.get("run", {})),
-                          (f"{where}: rows[{r}].loss", {"loss": row["loss"]}),
-                          (f"{where}: rows[{r}].run", row.get("run", {}))]
-                layers += [(f"{where}: rows[{r}].column_runs.{selector}", row["column_runs"][selector])
+                          (f"{where}: {at}.loss", {"loss": row["loss"]}),
+                          (f"{where}: {at}.run", row.get("run", {}))]
+                layers += [(f"{where}: {at}.column_runs.{selector}", row["column_runs"][selector])
                            for selector in dict.fromkeys((column["group"], column["key"]))
                            if selector in row.get("column_runs", {})]
+                if variant:
+                    layers += variant_layers(where, variant, column)
                 context = f" (cell {row['method']!r} x {column['key']})"
                 for seed in spec.get("seeds", [None]):
                     run = planner.resolve(column["setup"], layers, seed, context)
                     rid = run_id(run)
                     runs[rid] = run
                     cell.run_ids.append(rid)
-        return KindPlan([asdict(cell) for cell in cells], runs)
+        return KindPlan([_cell_record(cell, spec["rows"][cell.row]) for cell in cells], runs)
 
     def render(self, table, runs_dir, out_prefix, manifests_dir=None) -> list[dict]:
         spec, cells = table.spec, table.cells
