@@ -10,11 +10,11 @@ import yaml
 
 from rankrepro.plan.build import make_plan, plan_from_config
 from rankrepro.plan.cost import plan_cost, to_text
-from rankrepro.plan.model import Plan
 from rankrepro.plan.schema import PlanError
 from rankrepro.plan.specs import SPECS_DIR
 from rankrepro.plan.variants import SAME_AS_MAIN, expand_variants, variants_on
-from rankrepro.tables.index import build_index, to_markdown as index_markdown
+from rankrepro.plan.model import TablePlan
+from rankrepro.tables.index import build_index, table_html, to_markdown as index_markdown
 from rankrepro.tables.render import render
 
 from test_plan import REPO
@@ -211,6 +211,8 @@ def test_a_variant_row_renders_with_its_delta_to_the_paper_and_to_the_main_row(t
     with open(tmp_path / "out" / "table1.csv") as fh:
         assert {"variant", "diff_main"} <= set(next(csv.DictReader(fh)))
     assert r"$\Delta$ main" in (tmp_path / "out" / "table1.tex").read_text()
+    page = table_html(table, TablePlan.from_json(table).kind.read_rows(tmp_path / "out" / "table1.csv"))
+    assert "<th>Δ main</th>" in page and "<td>+2.0</td>" in page
 
 
 def test_without_variants_a_rendered_table_has_no_variant_columns(tmp_path):

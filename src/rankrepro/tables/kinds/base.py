@@ -203,7 +203,8 @@ class TableKind:
 
     def html(self, table, rows: list[dict]) -> str:
         """A standalone HTML page of a rendered table (its CSV rows): one row per method or dataset,
-        paper / ours / Δ per column (and the kind's :meth:`other_number`), Δ green within one point and
+        paper / ours / Δ per column (and the kind's :meth:`other_number`, and a variant row's Δ to its main row
+        where the table has variant rows: :mod:`rankrepro.plan.variants`), Δ green within one point and
         red beyond, pending cells with their reason, best / second best (bold / underlined) where the CSV
         marks them."""
         spec = table.spec
@@ -211,7 +212,8 @@ class TableKind:
         replica = any(r.get("replica") == "True" for r in rows)
         esc = html_text
         other = self.other_number(rows)
-        parts = ["paper", "ours", "Δ"] + ([other[0]] if other else [])
+        variants = any(r.get("variant") for r in rows)  # a runs table with variant rows: their Δ to the main row
+        parts = ["paper", "ours", "Δ"] + ([other[0]] if other else []) + (["Δ main"] if variants else [])
         head = "".join(f'<th colspan="{len(parts)}">{esc(r["column"])}</th>' for r in rows[:ncol])
         sub = "".join("".join(f"<th>{esc(p)}</th>" for p in parts) for _ in range(ncol))
         body, notes = [], {}
@@ -233,6 +235,9 @@ class TableKind:
                 cells += [f"<td>{paper}</td>", f"<td>{ours}</td>", f"<td{cls}>{delta}</td>"]
                 if other:
                     cells.append(f"<td>{esc(other[1][j])}</td>")
+                if variants:
+                    main = parse_number(r.get("diff_main"))
+                    cells.append("<td></td>" if main is None else f"<td>{main:+.{d}f}</td>")
             body.append("<tr>" + "".join(cells) + "</tr>")
         parts = [
             "<!DOCTYPE html><html><head><meta charset=utf-8>",
