@@ -103,7 +103,8 @@ def test_new_keys_at_their_defaults_leave_run_ids_unchanged():
 
 def test_the_plan_completes_and_checks_the_base_loss():
     run = tiny(base_loss={"name": "arcface"})
-    assert run["base_loss"] == {"name": "arcface", "margin": 0.5, "scale": 64.0}
+    assert run["base_loss"] == {"name": "arcface", "margin": 0.5, "scale": 64.0, "init": "imprint",
+                                "imprint_per_class": 32}
     with pytest.raises(PlanError, match=r"base_loss.name: unknown loss 'softmaxx'"):
         tiny(base_loss={"name": "softmaxx"})
     with pytest.raises(PlanError, match=r"base_loss.*margin"):

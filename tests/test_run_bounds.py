@@ -81,3 +81,19 @@ def test_a_setup_with_a_zero_size_fails_when_loaded(tmp_path):
     (d / "mine.yaml").write_text("mine_sop:\n  extends: suprank_sop\n  model: {embed_dim: 0}\n")
     with pytest.raises(PlanError, match=r"mine.yaml: mine_sop.model.embed_dim: 0 is less than the minimum of 1"):
         load_setups(d)
+
+
+def test_a_choice_annotated_literal_is_an_enum_of_the_catalog_checked_at_plan_time():
+    """``init: Literal["imprint", "random"]`` (the face base losses): the catalog records the choices, a value
+    outside them fails planning naming the key, and a direct call checks the same list (registry.choices)."""
+    from rankrepro.losses.face import Softmax
+    from rankrepro.registry import choices
+
+    entry = catalog.load()["loss"]["softmax"]["parameters"]["init"]
+    assert entry == {"default": "imprint", "enum": ["imprint", "random"], "types": ["string"]}
+    assert choices(Softmax, "init") == ["imprint", "random"]
+    with pytest.raises(PlanError, match=r"config run_overrides .*: base_loss.init: loss 'softmax': init must be one of "
+                                        r"imprint, random, got 'zeros'"):
+        make_plan(TABLE1, {"base_loss": {"name": "softmax", "init": "zeros"}})
+    with pytest.raises(TypeError, match="parameter 'embedding_size' is not annotated Literal"):
+        choices(Softmax, "embedding_size")

@@ -206,7 +206,8 @@ def test_the_face_setup_is_section_5_2():
     assert run["sampler"] == {"name": "m_per_class", "batch_size": 224, "samples_per_class": 4, "reduce_per_class": None}
     groups = run["optimizer"]["groups"]  # Adam 1e-5, weight decay 4e-5
     assert run["optimizer"]["name"] == "adam" and groups["net"]["lr"] == 1e-5 and groups["net"]["weight_decay"] == 4e-5
-    assert run["base_loss"] == {"name": "softmax"}  # [choice] the base loss kept (faces.md B.2)
+    # [choice] the base loss kept (faces.md B.2), its classifier imprinted from the network's class means (issue 34)
+    assert run["base_loss"] == {"name": "softmax", "init": "imprint", "imprint_per_class": 32}
     assert run["epochs"] == 1 and run["schedule"]["name"] == "constant"  # [choice]: not stated
 
 
@@ -220,8 +221,9 @@ def test_table4_base_rows_are_evaluate_only_and_the_arcface_rows_swap_the_networ
         assert run["model"]["backbone"] == ("iresnet50" if arcface else "senet50_256")
         assert run["model"]["embed_dim"] == (512 if arcface else 256)
         assert run["images"]["face"]["name"] == ("align5" if arcface else "extend_box")
-        if run["epochs"]:
+        if run["epochs"]:  # the network's own loss kept, its classifier imprinted (issue 34)
             assert run["base_loss"]["name"] == ("arcface" if arcface else "softmax")
+            assert run["base_loss"]["init"] == "imprint"
     assert runs["ArcFace"]["model"]["pretrained"] == "vggface2_arcface" and runs["ArcFace"]["images"]["test_crop"] == 112
     assert runs["VGGFace2 +Pairwise"]["loss"]["neg_margin"] == 0.5  # [choice], faces.md B.2
     assert runs["ArcFace +Triplet"]["loss"]["mining"] == "semihard" and runs["ArcFace +Triplet"]["loss"]["margin"] == 0.2

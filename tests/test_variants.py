@@ -30,6 +30,8 @@ DISAGREEMENTS = [
     ("rambo/table5", "Faster R-CNN ResNet50, VOC 07", "lr 0.01"),
     ("suprank/table4", "ROADMAP (ours) DeiT-S", "ROADMAP_pp_inat"),
     ("suprank/table1", "ROADMAP", "best test epoch"),
+    ("smooth_ap/table4", "VGGFace2 +Smooth-AP", "random base classifier"),
+    ("smooth_ap/table4", "ArcFace +Smooth-AP", "no base loss"),
 ]
 
 

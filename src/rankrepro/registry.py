@@ -15,7 +15,8 @@ of bins or of samples per block), :data:`NonNegativeInt` (>= 0),
 :data:`PositiveFloat` (> 0), :data:`NonNegativeFloat` (>= 0), also inside ``| None`` and as the
 items of ``list[...]``/``Sequence[...]`` -- and the catalog records the bound (``minimum`` or
 ``exclusiveMinimum``, JSON Schema's words; ``items`` for a sequence), so a zero size fails the
-plan instead of the training. The aliases are read from the annotation's text: the builders'
+plan instead of the training; a choice among strings is annotated ``Literal["a", "b"]`` and recorded as
+``enum``. The aliases are read from the annotation's text: the builders'
 modules use ``from __future__ import annotations``.
 :meth:`Registry.build` checks the given parameters -- unknown names, missing required
 ones, wrong JSON types, NaN or infinite numbers -- before calling the builder, and an unknown name lists the
@@ -37,7 +38,7 @@ from typing import Any, Callable
 
 from rankrepro.messages import ShortMessage, short_text
 
-__all__ = ["Registry", "Entry", "Parameter", "signature_parameters", "UnknownNameError", "ParameterError", "json_types",
+__all__ = ["Registry", "Entry", "Parameter", "choices", "signature_parameters", "UnknownNameError", "ParameterError", "json_types",
            "check_json_type", "has_non_finite", "check_parameters", "PositiveInt", "AtLeastTwoInt", "NonNegativeInt", "PositiveFloat", "NonNegativeFloat"]
 
 
@@ -71,11 +72,28 @@ _TOKENS = {"int": ["integer"], "float": ["number"], "bool": ["boolean"], "str": 
 _TOKENS.update({alias: _TOKENS[plain] for alias, (plain, _) in _BOUNDED.items()})
 
 
+def _literal_values(annotation) -> list | None:
+    """The values of a ``Literal["a", "b"]`` annotation (its text), None for any other annotation."""
+    if not isinstance(annotation, str):
+        return None
+    match = re.fullmatch(r"Literal\[(.+)\]", annotation.strip())
+    if match is None:
+        return None
+    import ast
+
+    values = ast.literal_eval(f"({match.group(1)},)")
+    return list(values)
+
+
 def _annotation_bounds(annotation) -> dict:
     """The bound of a size annotation (see the module docstring): ``{"minimum": 1}``,
-    ``{"items": {"minimum": 1}}`` for ``list[PositiveInt]``; {} when it names no bounded alias."""
+    ``{"items": {"minimum": 1}}`` for ``list[PositiveInt]``; ``{"enum": [...]}`` for a ``Literal[...]`` of
+    choices; {} when it names no bounded alias."""
     if not isinstance(annotation, str):
         return {}
+    choices = _literal_values(annotation)
+    if choices is not None:
+        return {"enum": choices}
     for part in annotation.split("|"):
         match = re.fullmatch(r"(\w+)(?:\[\s*(\w+).*\])?", part.strip())
         if match is None:
@@ -90,7 +108,9 @@ def _annotation_bounds(annotation) -> dict:
 
 def bound_problem(value, bounds: dict) -> str | None:
     """What is wrong with ``value`` under ``bounds`` (``minimum``, ``exclusiveMinimum``, ``items``), or None;
-    None, booleans and non-numbers are left to the type check."""
+    None, booleans and non-numbers are left to the type check; a choice (``enum``) must be one of its values."""
+    if "enum" in bounds:
+        return None if value in bounds["enum"] else f"must be one of {', '.join(map(str, bounds['enum']))}, got {value!r}"
     if "items" in bounds:
         if isinstance(value, (list, tuple)) and any(bound_problem(v, bounds["items"]) for v in value):
             return f"items must be {_bound_text(bounds['items'])}, got {list(value)!r}"
@@ -111,6 +131,9 @@ def _annotation_types(annotation) -> list[str] | None:
     """JSON types of a simple annotation (``float``, ``int | None``, ``tuple[int, ...]``); None if unknown."""
     if annotation is REQUIRED:
         return None
+    choices = _literal_values(annotation)
+    if choices is not None:
+        return list(dict.fromkeys(t for value in choices for t in json_types(value))) or None
     text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
     types: list[str] = []
     for part in text.split("|"):
@@ -174,6 +197,16 @@ class Parameter:
         if self.types:
             out["types"] = list(self.types)
         return {**out, **self.bounds}
+
+
+def choices(builder: Callable, name: str) -> list:
+    """The values a ``Literal[...]`` annotation of parameter ``name`` of ``builder`` allows (the one list of them:
+    the builder checks a direct call against it, the catalog records it as ``enum``)."""
+    annotation = next(p.annotation for p in signature_parameters(builder) if p.name == name)
+    values = _literal_values(annotation)
+    if values is None:
+        raise TypeError(f"{builder.__qualname__}: parameter {name!r} is not annotated Literal[...]")
+    return values
 
 
 def signature_parameters(builder: Callable) -> list[inspect.Parameter]:

@@ -9,6 +9,9 @@ A run's estimate is training plus evaluation on one GPU of a kind (``--gpu``, de
   epochs are cut short); warm-up epochs count as full ones (the frozen backbone makes them cheaper: an upper bound),
   and so does a sampler's per-class cap (``reduce_per_class``: H-GLDv2's epoch draws at most 8 images of each of
   its 46,593 landmarks, about 373k of its 971k images, so its estimate is about 2.6x too high);
+- a fresh run's initialisation passes are not counted: the PCA of a projection (at most ``pca_images``) and the
+  imprinting of a face base classifier (at most ``imprint_per_class`` images of each class: 276k of VGGFace2's
+  3.1M, under a tenth of the epoch's time at inference speed);
 - evaluation images: the images of every split but the training split; evaluations: one (the run's
   ``evaluate`` job) plus, with ``eval.every``, one per epoch of its test curve
   (:func:`rankrepro.record.selection.curve_epochs`);

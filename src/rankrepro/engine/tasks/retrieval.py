@@ -6,8 +6,10 @@ over its labels, its ``model`` (channels-last on CUDA when the runtime asks; its
 ``torch.compile`` with ``runtime.compile``, the state dict staying the plain module's) and its ``loss`` with its
 ``base_loss`` added (:func:`build_loss`).
 
-**Start**: for ``projection_init: pca``, the projection set to the PCA of the training features, on a fresh run
-only (a checkpoint holds the result); the test curve (:mod:`rankrepro.engine.curve`, ``eval.every``), continued from
+**Start**: for ``projection_init: pca``, the projection set to the PCA of the training features, and for a base
+loss with ``init: imprint`` (:mod:`rankrepro.losses.face`), its class weights imprinted from the network's class
+means (:func:`rankrepro.losses.imprint.class_means`), both on a fresh run only (a checkpoint holds the result; neither
+consumes global random state); the test curve (:mod:`rankrepro.engine.curve`, ``eval.every``), continued from
 the checkpoint's ``curve``; the loader (:class:`~rankrepro.engine.loader.TrainLoader`: workers seeded from the
 epoch's seed, so a resumed epoch skips its done batches without loading them).
 
@@ -33,6 +35,7 @@ from rankrepro.engine.evaluate import evaluate
 from rankrepro.engine.loader import TrainLoader
 from rankrepro.engine.tasks import TASKS
 from rankrepro.engine.tasks.base import Parts, Task
+from rankrepro.losses.imprint import class_means
 from rankrepro.losses.registry import data_context
 from rankrepro.models import build_model
 from rankrepro.models.pca import init_projection_pca
@@ -71,13 +74,23 @@ class RetrievalTask(Task):
         self.sampler = sampler
         return Parts(self.model, self.criterion, sampler)
 
+    def _plain_images(self) -> ImageDataset:
+        """The training split on the test transform (no augmentation): what the fresh run's initialisations see."""
+        return ImageDataset(self.manifest, test_transform(self.run["images"]), contiguous=True,
+                            cache=self.settings.image_cache, face=self.run["images"].get("face"))
+
     def start(self, state: dict | None) -> None:
         run, settings = self.run, self.settings
         if state is None and getattr(self.model, "projection_init", "random") == "pca":
-            pca_images = ImageDataset(self.manifest, test_transform(run["images"]), contiguous=True,
-                                      cache=settings.image_cache, face=run["images"].get("face"))
-            init_projection_pca(self.model, pca_images, device=self.device, amp=run["amp"],
+            init_projection_pca(self.model, self._plain_images(), device=self.device, amp=run["amp"],
                                 max_images=self.model.pca_images, seed=run["seed"], num_workers=settings.num_workers)
+        base = getattr(self.criterion, "base", None)
+        if state is None and getattr(base, "init", None) == "imprint":  # a resumed run restores it with the loss
+            labels = self.dataset.labels.numpy()
+            finest = labels[:, 0] if labels.ndim == 2 else labels
+            base.imprint(class_means(self.model, self._plain_images(), finest, base.num_classes,
+                                     per_class=base.imprint_per_class, seed=run["seed"], device=self.device,
+                                     amp=run["amp"], num_workers=settings.num_workers).to(self.device))
         self.curve = TestCurve(run, self.manifest_dir, self.out_dir, self.device,
                                rows=None if state is None else state.get("curve", []),
                                batch_size=settings.eval_batch_size, num_workers=settings.num_workers,

@@ -1,0 +1,74 @@
+"""Weight imprinting: a classifier's class weights set from the network's own embeddings before training.
+
+The idea is Qi, Brown and Lowe's ("Low-Shot Learning with Imprinted Weights", CVPR 2018): a network whose
+embeddings already separate the classes gives each class a ready-made weight, the direction of its images'
+embeddings, in place of a random one. Here (:func:`class_means`), for class c with the images I_c chosen
+(at most ``per_class`` of the training split, drawn with the run's seed)::
+
+    m_c = normalise( sum_{i in I_c} normalise(f(x_i)) / |I_c| )
+
+with f the network in eval mode on the test transform (no augmentation), normalise(v) = v / ||v||. A face
+run's base classifier (:mod:`rankrepro.losses.face`, ``init: imprint``) starts from these rows; the retrieval
+task computes them once, before the first step of a fresh run (a resumed run restores them with the loss's
+state from its checkpoint).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, Dataset, Subset
+
+__all__ = ["chosen_images", "class_means"]
+
+
+def chosen_images(labels: np.ndarray, per_class: int, seed: int) -> np.ndarray:
+    """The indexes (sorted) of at most ``per_class`` images of each class of ``labels`` ([N] class ids), drawn
+    without replacement by ``numpy.random.default_rng(seed)``, class by class in increasing order (every image of
+    a class with fewer)."""
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for c in np.unique(labels):
+        members = np.flatnonzero(labels == c)
+        chosen.append(members if len(members) <= per_class else rng.choice(members, size=per_class, replace=False))
+    return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
+
+
+@torch.no_grad()
+def class_means(model: torch.nn.Module, dataset: Dataset, labels: np.ndarray, num_classes: int, *, per_class: int,
+                seed: int, device: torch.device | str = "cpu", amp: str = "none", batch_size: int = 64,
+                num_workers: int = 0) -> torch.Tensor:
+    """[num_classes, D] float32 on the CPU: row c the normalised mean of the normalised embeddings ``model`` (eval
+    mode) gives to :func:`chosen_images` of class c in ``dataset`` (whose item i is ``(image, ...)`` with class
+    ``labels[i]``, 0 .. num_classes - 1); a class without an image is an error. Consumes no global random state."""
+    from rankrepro.device import autocast
+
+    labels = np.asarray(labels)
+    missing = sorted(set(range(num_classes)) - set(np.unique(labels).tolist()))
+    if missing:
+        raise ValueError(f"weight imprinting: {len(missing)} of {num_classes} classes have no training image "
+                         f"(first: {missing[0]})")
+    device = torch.device(device)
+    chosen = chosen_images(labels, per_class, seed)
+    loader = DataLoader(Subset(dataset, chosen.tolist()), batch_size=batch_size, shuffle=False,
+                        num_workers=num_workers, pin_memory=device.type == "cuda", generator=torch.Generator())
+    sums, counts = None, torch.zeros(num_classes, dtype=torch.float64)
+    order = torch.as_tensor(labels[chosen], dtype=torch.long)
+    was_training = model.training
+    model.eval()
+    try:
+        start = 0
+        for images, *_ in loader:
+            with autocast(device, amp):
+                embeddings = model(images.to(device, non_blocking=True))
+            unit = F.normalize(embeddings.float(), dim=1).double().cpu()
+            ids = order[start:start + len(unit)]
+            start += len(unit)
+            if sums is None:
+                sums = torch.zeros(num_classes, unit.shape[1], dtype=torch.float64)
+            sums.index_add_(0, ids, unit)
+            counts.index_add_(0, ids, torch.ones(len(ids), dtype=torch.float64))
+    finally:
+        model.train(was_training)
+    return F.normalize(sums / counts.unsqueeze(1), dim=1).float()
