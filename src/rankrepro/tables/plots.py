@@ -8,7 +8,7 @@
 - :func:`paper_scatter`: a paper's tables (their CSVs, :mod:`rankrepro.tables.render`), one point
   per reproduced cell, x = the paper's number, y = ours, one marker per table, the line y = x and
   the ±1 point band: ``results/tables/<paper>/scatter.png`` (static tables, the paper's text with
-  no "ours", are left out).
+  no "ours", and variant rows, :mod:`rankrepro.plan.variants`, are left out).
 """
 
 from __future__ import annotations
@@ -150,12 +150,12 @@ def _csv_rows(path: str | Path) -> list[dict]:
 
 
 def scatter_points(table_csv: str | Path) -> list[tuple[float, float, str]]:
-    """``(paper, ours, label)`` for every cell of a rendered table with both numbers, in percent (a
+    """``(paper, ours, label)`` for every cell of a paper row of a rendered table with both numbers, in percent (a
     column printed as a fraction, ``unit: fraction``, times 100, so it shares the percent axes)."""
     points = []
     for row in _csv_rows(table_csv):
         paper, ours = _number(row.get("paper")), _number(row.get("ours"))
-        if paper is not None and ours is not None and row.get("status") != "cited":
+        if paper is not None and ours is not None and row.get("status") != "cited" and not row.get("variant"):
             if row.get("unit") == "fraction":
                 paper, ours = 100 * paper, 100 * ours
             points.append((paper, ours, f"{row.get('method') or row.get('name', '')} {row.get('column', '')}".strip()))
