@@ -25,14 +25,16 @@ __all__ = ["chosen_images", "class_means"]
 
 def chosen_images(labels: np.ndarray, per_class: int, seed: int) -> np.ndarray:
     """The indexes (sorted) of at most ``per_class`` images of each class of ``labels`` ([N] class ids), drawn
-    without replacement by ``numpy.random.default_rng(seed)``, class by class in increasing order (every image of
-    a class with fewer)."""
-    rng = np.random.default_rng(seed)
-    chosen = []
-    for c in np.unique(labels):
-        members = np.flatnonzero(labels == c)
-        chosen.append(members if len(members) <= per_class else rng.choice(members, size=per_class, replace=False))
-    return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
+    without replacement (every image of a class with fewer): each image gets a uniform key from
+    ``numpy.random.default_rng(seed)``, and each class keeps its ``per_class`` smallest keys. One sort, whatever the
+    number of classes (VGGFace2: 3.1M images of 8,631 identities)."""
+    labels = np.asarray(labels)
+    keys = np.random.default_rng(seed).random(len(labels))
+    order = np.lexsort((keys, labels))  # by class, then by key
+    grouped = labels[order]
+    starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]) if len(grouped) else np.zeros(0, dtype=int)
+    rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    return np.sort(order[rank < per_class])
 
 
 @torch.no_grad()
