@@ -35,7 +35,7 @@ VARIANT = "variant"
 
 #: the pending reason of a variant row's cell in a column the variant does not change (its ``columns``): no run,
 #: not counted as a cell anywhere
-SAME_AS_MAIN = "variant: this column as the main row"
+SAME_AS_MAIN = "variant row: the variant does not change this column (see its main row)"
 
 
 def variants_on(setting, paper: str, table: str) -> bool:
