@@ -176,9 +176,11 @@ start() {
         say "starting slurmd (log $LOG_DIR/slurmd.log)"
         slurmd -N "$HOST"
     fi
-    for _ in $(seq 60); do
+    for i in $(seq 60); do
         for daemon in slurmctld slurmd; do
-            running "$PID_DIR/$daemon.pid" || die "$daemon stopped: $(grep -E 'fatal|error' "$LOG_DIR/$daemon.log" | tail -3)"
+            # a daemon writes its pid file after it forks: give it 10 s before calling it stopped
+            running "$PID_DIR/$daemon.pid" || (( i <= 10 )) \
+                || die "$daemon stopped: $(grep -E 'fatal|error' "$LOG_DIR/$daemon.log" | tail -3)"
         done
         node_takes_jobs && break
         # a node that was down (a daemon restarted) comes back once slurmd registers
