@@ -156,3 +156,11 @@ def test_train_evaluate_and_train_batch_claim_a_gpu_first(tmp_path, command):
     workers = max(1, len(os.sched_getaffinity(0)) // 2)
     assert (f"GPU g0 claimed (one of 2; lock {tmp_path / 'locks' / 'gpu-g0.lock'}); CUDA_VISIBLE_DEVICES=g0; "
             f"loader workers {workers} (runtime.num_workers 64)") in done.stderr, done.stderr
+
+
+def test_a_job_with_a_bad_gpu_list_stops_with_the_message_alone(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "rankrepro", "train", "--run", str(tmp_path / "run.json"),
+                           "--manifest", str(tmp_path)], env=_env(tmp_path, "0,0"), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("rankrepro: RANKREPRO_GPUS='0,0': it lists a GPU twice"), done.stderr
