@@ -41,11 +41,22 @@ def add_write_run(sub) -> None:
     p.set_defaults(func=cmd_write_run)
 
 
-def _threads(n: int | None) -> None:
-    if n:
+def _start_job(args) -> None:
+    """What a training or evaluation job does before anything imports torch's CUDA: claim a free GPU of this
+    machine for ``--device`` (:func:`rankrepro.gpu_claim.claim_for_job`: ``CUDA_VISIBLE_DEVICES`` set to it,
+    ``--num-workers`` split between the machine's GPUs; nothing under SLURM's own assignment, on CPU or without
+    GPUs), then set torch's ``--threads``."""
+    from rankrepro.gpu_claim import claim_for_job
+    from rankrepro.record.runtime import RuntimeSettingError
+
+    try:
+        args.num_workers = claim_for_job(args.device, args.num_workers)[1]
+    except RuntimeSettingError as err:
+        sys.exit(f"rankrepro: {err}")
+    if args.threads:
         import torch
 
-        torch.set_num_threads(n)
+        torch.set_num_threads(args.threads)
 
 
 def _task(run_json: str | Path):
@@ -121,7 +132,7 @@ def _train(args, run_json: str | Path, out_dir: Path, evaluate_out: str | Path |
 
 
 def cmd_train(args) -> None:
-    _threads(args.threads)
+    _start_job(args)
     _train(args, args.run, Path(args.run).parent, args.evaluate_out, args.curve)
 
 
@@ -142,7 +153,7 @@ def cmd_train_batch(args) -> None:
     Exit status 1, naming each failed run and its error, when any failed."""
     from rankrepro.engine.batch import BatchRunsFailed, train_batch
 
-    _threads(args.threads)
+    _start_job(args)
 
     def train_one(run_json: Path, out_dir: Path) -> None:
         _train(args, run_json, out_dir, out_dir / "metrics.json", out_dir / "curve.png")
@@ -195,7 +206,7 @@ def add_adopt(sub) -> None:
 
 
 def cmd_evaluate(args) -> None:
-    _threads(args.threads)
+    _start_job(args)
     _evaluate(args, args.run, args.model, args.out, args.image_cache, args.curve, Path(args.run).parent / "history.csv")
 
 

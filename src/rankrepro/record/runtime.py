@@ -51,7 +51,9 @@ __all__ = ["JobSettings", "TrainRuntime", "RuntimeSettingError", "add_runtime_fl
 
 
 class RuntimeSettingError(ShortMessage, ValueError):
-    """A runtime setting that cannot apply on this device (``gpu_decode`` without CUDA)."""
+    """A runtime setting that cannot apply on this device (``gpu_decode`` without CUDA), or a GPU claim that
+    cannot be made (a malformed ``RANKREPRO_GPUS``, a lock folder that cannot be written:
+    :mod:`rankrepro.gpu_claim`)."""
 
 
 @dataclass(frozen=True)
