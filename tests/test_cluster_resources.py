@@ -23,9 +23,10 @@ RUNTIME = {"device": "cuda", "num_workers": 2, "prefetch_factor": 4, "eval_batch
            "evaluate_in_train_job": False, "runs_per_job": 1}
 PROFILE = """gpu: toy
 measured: false
-amp_factor: {fp16: 1.0, none: 0.5}
 train: {resnet50: {224: 1000}}
+train_fp32: {resnet50: {224: 500}}
 inference: {resnet50: {224: 3000}}
+inference_fp32: {resnet50: {224: 1500}}
 """
 
 
@@ -297,3 +298,19 @@ def test_the_demos_replica_manifest_does_not_size_a_real_datasets_jobs(tmp_path)
     meta.write_text(json.dumps({"replica": True}))
     with pytest.raises(PlanError, match=rf"{meta}: no 'counts'.*size the jobs' runtime"):
         minutes(tmp_path / "results")
+
+
+def test_the_runtime_counts_the_epoch_a_per_class_cap_leaves(toy):
+    """sop's prepared manifest: 3,600 classes of 10 train images; an m_per_class sampler (4 per class, batches of
+    64) capped at 4 per class draws one group of each: 225 batches, 14,400 images an epoch, not 36,000."""
+    plan, tmp = toy
+    folder = tmp / "results" / "manifests" / "sop"
+    labels = [c for c in range(3_600) for _ in range(10)]
+    (folder / "manifest.csv").write_text("path,split,label\n" + "".join(
+        f"{i}.jpg,train,{c}\n" for i, c in enumerate(labels)) + "".join(f"t{i}.jpg,test,0\n" for i in range(18_000)))
+    run = {**toy_run(), "sampler": {"name": "m_per_class", "batch_size": 64, "samples_per_class": 4,
+                                    "reduce_per_class": 4}}
+    capped = Plan({"capped": run}, {}, plan.datasets, {"names": []})
+    r = resources((capped, tmp), {"runtime_min": 1})
+    # 14,400 x 100 / 1,000 images/s = 24 min; two evaluations of 6 s: 24.2 x 2 + 15 = 63.4 -> 64
+    assert r.runtime_minutes([Work("capped", train=True, evaluate=False)]) == 64

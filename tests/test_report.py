@@ -340,3 +340,22 @@ def test_a_fraction_column_is_within_one_point_at_0_01_and_prints_three_decimals
     assert "<td>0.380</td><td>0.040</td><td class=far>-0.340</td>" in page
     assert "<td class=near>+0.007</td>" in page
     assert [p[:2] for p in plots.scatter_points(path)] == [(31.8, 32.5), (38.0, 4.0)]
+
+
+def test_the_index_says_in_one_short_relative_line_why_there_is_no_estimate(results):
+    """A run on a backbone the throughput profile lacks (the demo's resnet_tiny): the header names the backbone and
+    the profile relative to the project, not the profile's absolute path and its list of backbones."""
+    from rankrepro.plan.cost import PROFILES_DIR
+
+    plan = json.loads((results / "plan" / "plan.json").read_text())
+    plan["runs"] = {"r1": {"dataset": "toyset", "model": {"backbone": "resnet_tiny"}, "epochs": 1, "amp": "fp16",
+                           "images": {"train_crop": 32, "test_crop": 32}, "sampler": {"batch_size": 8},
+                           "max_batches_per_epoch": None, "train_split": "train", "eval": {"metrics": ["R@1"]}}}
+    plan["datasets"] = {"toyset": {"facts": {}, "config": {"replica": True}}}
+    meta = results / "manifests" / "toyset" / "meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"replica": True, "counts": {"train": {"images": 16}, "test": {"images": 8}}}))
+    text = index.to_markdown(index.build_index(plan, results))
+    assert ("est. GPU h: no estimate (no train throughput for backbone 'resnet_tiny' in "
+            "profiles/throughput/h100.yaml).") in text
+    assert str(PROFILES_DIR) not in text and "it lists" not in text

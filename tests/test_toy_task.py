@@ -162,9 +162,9 @@ def test_the_toy_task_plans_with_its_facts(toy):
     assert run_id(run).startswith("sop-toy_cross_entropy-")
     entry = catalog.load()["task"]["toy_classify"]
     assert entry["facts"]["metrics"] == ["accuracy"] and entry["target"].endswith(":ToyClassifyTask")
-    # its throughput key names the profile row its cost reads
-    cost = run_cost(run, {"train": {"toy_classifier": {16: 1000.0}}, "inference": {"toy_classifier": {16: 4000.0}},
-                          "scaling": "pixels", "amp_factor": {"none": 1.0}}, {"train": 96, "test": 96})
+    # its throughput key names the profile row its cost reads (the float32 tables: the toy run's amp is none)
+    cost = run_cost(run, {"train_fp32": {"toy_classifier": {16: 1000.0}},
+                          "inference_fp32": {"toy_classifier": {16: 4000.0}}}, {"train": 96, "test": 96})
     assert cost["backbone"] == "toy_classifier" and cost["gpu_h"] == pytest.approx((96 * 2 / 1000 + 96 / 4000) / 3600)
 
 

@@ -20,8 +20,8 @@ small originals: enough to compare networks, not to plan a GPU. On CUDA (when pr
 20 timed steps after 5, 500 px originals (SOP-like photos), ``min(8, CPUs)`` loader workers, and the goal:
 **ResNet-50 at 224², fp16, with loading, >= 2,000 images/s on one H100 and >= 70 % of its model-only step**. A
 run on CUDA also writes the GPU's throughput profile for ``python -m rankrepro cost``
-(``profiles/throughput/<kind>.yaml``, ``measured: true``; the amp factor of ``none`` from a ResNet-50 fp32 model
-step).
+(``profiles/throughput/<kind>.yaml``, ``measured: true``; its float32 tables ``train_fp32`` / ``inference_fp32``,
+for ``amp: none`` runs, are each row's fp16 figure times ResNet-50's fp32 / fp16 model-step ratio).
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def gpu_kind(name: str) -> str:
 
 
 def write_profile(rows: list[dict], none_factor: float, gpu: str, profiles_dir: Path) -> Path:
-    """``<profiles_dir>/<kind>.yaml`` from the CUDA rows (measured: true)."""
+    """``<profiles_dir>/<kind>.yaml`` from the CUDA rows (measured: true): their fp16 figures, and as the float32
+    ones the same times ``none_factor`` (ResNet-50's fp32 / fp16 model step)."""
     import yaml
 
     from rankrepro.io import atomic_write_text
@@ -122,9 +123,11 @@ def write_profile(rows: list[dict], none_factor: float, gpu: str, profiles_dir: 
     for r in rows:
         train.setdefault(r["backbone"], {})[r["crop"]] = round(r["full_ips"], 1)
         infer.setdefault(r["backbone"], {})[r["crop"]] = round(r["inference_ips"], 1)
-    profile = {"gpu": gpu, "measured": True, "scaling": "pixels",
-               "amp_factor": {"fp16": 1.0, "bf16": 1.0, "none": round(none_factor, 3)},
-               "train": train, "inference": infer}
+    def fp32(table: dict) -> dict:
+        return {b: {crop: round(ips * none_factor, 1) for crop, ips in sizes.items()} for b, sizes in table.items()}
+
+    profile = {"gpu": gpu, "measured": True, "scaling": "pixels", "fp32_factor": round(none_factor, 3),
+               "train": train, "train_fp32": fp32(train), "inference": infer, "inference_fp32": fp32(infer)}
     path = profiles_dir / f"{gpu_kind(gpu)}.yaml"
     atomic_write_text(path, "# written by python -m rankrepro bench train (src/rankrepro/bench/train.py)\n"
                       + yaml.safe_dump(profile, sort_keys=False))

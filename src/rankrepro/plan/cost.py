@@ -2,13 +2,18 @@
 
 A run's estimate is training plus evaluation on one GPU of a kind (``--gpu``, default ``h100``)::
 
-    train h = images per epoch x epochs / train images/s(backbone, train_crop) x amp factor / 3600
-    eval h  = evaluation images x evaluations / inference images/s(backbone, test_crop) / 3600
+    train h = images per epoch x epochs / train images/s(backbone, train_crop, amp) / 3600
+    eval h  = evaluation images x evaluations / inference images/s(backbone, test_crop, amp) / 3600
 
-- images per epoch: the training split's images (``min(images, max_batches_per_epoch x batch size)`` when
-  epochs are cut short); warm-up epochs count as full ones (the frozen backbone makes them cheaper: an upper bound),
-  and so does a sampler's per-class cap (``reduce_per_class``: H-GLDv2's epoch draws at most 8 images of each of
-  its 46,593 landmarks, about 373k of its 971k images, so its estimate is about 2.6x too high);
+- images per epoch (:func:`rankrepro.plan.epochs.epoch_images`): what the run's sampler draws in one epoch. For
+  ``m_per_class``, whole batches of distinct classes after the per-class cap ``reduce_per_class`` (the formula:
+  :mod:`rankrepro.plan.epochs`), from the images of each class (:func:`train_class_sizes`): those of the prepared
+  manifest's training split when it counts (below); else, for a capped sampler, the declared images spread evenly
+  over the declared classes (the most images a cap lets through: an upper bound; H-GLDv2: 970,981 images over
+  46,593 landmarks, each giving 8, so 1,456 batches of 256, 372,736 images, not 970,981); else, like every other
+  sampler, the training split's images (an upper bound: the sampler drops a class's left-over images). Then
+  ``min(that, max_batches_per_epoch x batch size)`` when epochs are cut short. Warm-up epochs count as full ones
+  (the frozen backbone makes them cheaper: an upper bound);
 - a fresh run's initialisation passes are not counted: the PCA of a projection (at most ``pca_images``) and the
   imprinting of a face base classifier (at most ``imprint_per_class`` images of each class: 276k of VGGFace2's
   3.1M, under a tenth of the epoch's time at inference speed);
@@ -18,14 +23,18 @@ A run's estimate is training plus evaluation on one GPU of a kind (``--gpu``, de
 - image counts, in order: the prepared manifest (``<results>/manifests/<dataset>/meta.json``) when it was prepared
   from the source the config names -- a generated replica for ``replica: true`` (a derived dataset: its base's
   setting), the real files otherwise: the demo's replica manifests never stand in for the real datasets of
-  ``config.yaml`` in the same results folder --, the dataset's declared ``expected_counts``, :data:`PUBLISHED_IMAGES`, then those of the dataset it derives from or shares its
-  source with (merge3 relabels SOP's images, H-GLDv2 GLDv2's); a run whose training count is unknown (DyML) is
-  listed as not estimated;
+  ``config.yaml`` in the same results folder --, the dataset's declared ``expected_counts`` and
+  :data:`PUBLISHED_COUNTS`, then those of the dataset it derives from or shares its source with (merge3 relabels
+  SOP's images); a run whose training count is unknown (DyML: its datasets declare no image count) is listed
+  as not estimated;
 - images/s: the GPU's throughput profile ``profiles/throughput/<gpu>.yaml`` (:func:`load_profile`: measured by
-  ``python -m rankrepro bench train`` on that GPU, or assumed figures marked ``measured: false``) at the nearest
-  listed crop size, scaled by pixels: ``ips(r) = ips(r0) x (r0 / r)^2``. A backbone missing from the profile is
-  an error naming the file (no guessed fallback). A profile's figures are positive numbers by positive crop sizes,
-  checked when it is read (:func:`load_profile`, naming the file and key).
+  ``python -m rankrepro bench train`` on that GPU, or assumed figures marked ``measured: false``), one table per
+  phase and precision (:data:`PRECISION_SUFFIX`): ``train`` and ``inference`` for mixed precision (``amp: fp16``
+  or ``bf16``), ``train_fp32`` and ``inference_fp32`` for ``amp: none`` (float32; TF32 convolutions, cuDNN's
+  default), evaluation running under the run's autocast too; at the nearest listed crop size, scaled by pixels:
+  ``ips(r) = ips(r0) x (r0 / r)^2``. A backbone missing from the table is an error naming the file (no guessed
+  fallback). A profile's figures are positive numbers by positive crop sizes, checked when it is read
+  (:func:`load_profile`, naming the file and key).
 
 A table's figure sums its runs; a run shared by several tables counts in each table's figure, but once in its
 paper's and once in the total. Variant rows (config ``variants``, :mod:`rankrepro.plan.variants`) are in these
@@ -36,6 +45,7 @@ figures, and each table and the total also give apart the GPU-hours of the runs 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from rankrepro import catalog
@@ -43,27 +53,53 @@ from rankrepro.record.selection import curve_epochs
 from rankrepro.record.tasks import throughput_network
 from rankrepro.io import load_yaml
 from rankrepro.messages import ShortMessage
+from rankrepro.plan.epochs import epoch_images
 from rankrepro.plan.model import Plan
 
-__all__ = ["PROFILES_DIR", "ProfileError", "load_profile", "images_per_s", "split_images",
-           "run_cost", "plan_cost", "to_text"]
+__all__ = ["PROFILES_DIR", "PRECISION_SUFFIX", "ProfileError", "load_profile", "images_per_s", "split_images",
+           "train_class_sizes", "ClassSizes", "run_cost", "plan_cost", "to_text"]
 
 PROFILES_DIR = Path(__file__).resolve().parents[3] / "profiles" / "throughput"
 
-#: published image counts the datasets do not enforce (their prepare checks other counts)
-PUBLISHED_IMAGES = {
+#: published counts the datasets do not enforce (their prepare checks other counts), in the form of a dataset's
+#: ``expected_counts``: ``{split: {"images": n, <finest level>: classes}}``
+PUBLISHED_COUNTS = {
     # Liu et al., "Deep Relative Distance Learning", CVPR 2016: 110,178 training images; test sets of
     # 800 / 1,600 / 2,400 vehicles with 7,332 / 12,995 / 20,038 images
-    "vehicleid": {"train": 110_178, "test_800": 7_332, "test_1600": 12_995, "test_2400": 20_038},
+    "vehicleid": {"train": {"images": 110_178}, "test_800": {"images": 7_332}, "test_1600": {"images": 12_995},
+                  "test_2400": {"images": 20_038}},
+    # SupRank config/dataset/gldv2_hier.yaml (num_samples_train, num_classes_train_level0): 970,981 training
+    # images of 46,593 landmarks, not enforced at prepare (rankrepro.data.datasets.gldv2: from SupRank's internal
+    # label file, not shown to follow from the released one)
+    "gldv2_hier": {"train": {"images": 970_981, "landmark": 46_593}},
 }
+
+#: the profile table of each run ``amp``, after the phase's name: mixed precision ``train`` / ``inference``,
+#: float32 ``train_fp32`` / ``inference_fp32``
+PRECISION_SUFFIX = {"fp16": "", "bf16": "", "none": "_fp32"}
+#: a profile's tables of images/s, each ``{backbone: {crop size: images/s}}``
+PROFILE_TABLES = ("train", "train_fp32", "inference", "inference_fp32")
 
 
 class ProfileError(ShortMessage, ValueError):
-    """A throughput profile that is missing, malformed, or lacks what an estimate needs; the message names the file."""
+    """A throughput profile that is missing, malformed, or lacks what an estimate needs; the message names the file.
+    ``brief``: the same in one short line, the file relative to the project (the results index's header)."""
+
+    def __init__(self, message: str, brief: str | None = None):
+        super().__init__(message)
+        self.brief = brief or message
+
+
+def shown_path(path: str | Path) -> str:
+    """``path`` relative to the project folder when inside it, else as given: for short messages."""
+    try:
+        return str(Path(path).resolve().relative_to(PROFILES_DIR.parents[1]))
+    except ValueError:
+        return str(path)
 
 
 def load_profile(gpu: str, profiles_dir: str | Path = PROFILES_DIR) -> dict:
-    """The profile ``<profiles_dir>/<gpu>.yaml`` (``gpu``, ``measured``, ``amp_factor``, ``train`` and ``inference``:
+    """The profile ``<profiles_dir>/<gpu>.yaml`` (``gpu``, ``measured`` and the :data:`PROFILE_TABLES`, each
     ``{backbone: {crop size: images/s}}``) with its ``path``; an unknown GPU kind names the folder and its kinds."""
     path = Path(profiles_dir) / f"{gpu}.yaml"
     if not path.is_file():
@@ -73,18 +109,19 @@ def load_profile(gpu: str, profiles_dir: str | Path = PROFILES_DIR) -> dict:
                            "that GPU writes one)")
     profile = load_yaml(path)
     if not isinstance(profile, dict):
-        raise ProfileError(f"{path}: a throughput profile is a mapping (gpu, measured, amp_factor, train, inference), "
+        raise ProfileError(f"{path}: a throughput profile is a mapping (gpu, measured, {', '.join(PROFILE_TABLES)}), "
                            f"not {type(profile).__name__}")
-    for key in ("measured", "amp_factor", "train", "inference"):
+    for key in ("measured", *PROFILE_TABLES):
         if key not in profile:
-            raise ProfileError(f"{path}: no {key!r}")
-    _check_figures(path, "amp_factor", profile["amp_factor"])
-    for phase in ("train", "inference"):
+            old = (" (its amp_factor is no longer read: the float32 figures are a table of their own; python -m "
+                   "rankrepro bench train writes both)" if "amp_factor" in profile else "")
+            raise ProfileError(f"{path}: no {key!r}{old}")
+    for phase in PROFILE_TABLES:
         if not isinstance(profile[phase], dict):
             raise ProfileError(f"{path}: {phase}: a mapping {{backbone: {{crop size: images/s}}}}, not "
                                f"{type(profile[phase]).__name__}")
         for backbone, table in profile[phase].items():
-            _check_figures(path, f"{phase}.{backbone}", table, sizes=True)
+            _check_figures(path, f"{phase}.{backbone}", table)
     return {**profile, "path": str(path)}
 
 
@@ -92,39 +129,46 @@ def _positive(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
-def _check_figures(path: Path, key: str, table, sizes: bool = False) -> None:
-    """``table`` (the profile's ``key``) a non-empty mapping of positive, finite numbers; with ``sizes``, keyed by
-    positive whole crop sizes."""
+def _check_figures(path: Path, key: str, table) -> None:
+    """``table`` (the profile's ``key``) a non-empty mapping of positive, finite images/s keyed by positive whole
+    crop sizes."""
     if not isinstance(table, dict) or not table:
         raise ProfileError(f"{path}: {key}: a non-empty mapping of positive numbers, not {table!r:.80}")
     for name, value in table.items():
-        if sizes and not (isinstance(name, int) and not isinstance(name, bool) and name > 0):
+        if not (isinstance(name, int) and not isinstance(name, bool) and name > 0):
             raise ProfileError(f"{path}: {key}: crop size {name!r:.40} is not a positive whole number of pixels")
         if not _positive(value):
-            raise ProfileError(f"{path}: {key}.{name}: {value!r:.40} is not a positive number "
-                               f"({'images/s' if sizes else 'a factor'})")
+            raise ProfileError(f"{path}: {key}.{name}: {value!r:.40} is not a positive number (images/s)")
 
 
 def images_per_s(profile: dict, phase: str, backbone: str, size: int, amp: str = "fp16") -> float:
-    """Images/s of ``phase`` (``train`` or ``inference``) for ``backbone`` at crop ``size`` under ``amp``:
-    the nearest listed size scaled by pixels, times the amp factor (module docstring)."""
-    table = profile[phase].get(backbone)
+    """Images/s of ``phase`` (``train`` or ``inference``) for ``backbone`` at crop ``size`` under ``amp``: the
+    table of that precision (:data:`PRECISION_SUFFIX`), its nearest listed size scaled by pixels (module
+    docstring)."""
+    if amp not in PRECISION_SUFFIX:
+        raise ProfileError(f"amp {amp!r} has no throughput table (known: {', '.join(PRECISION_SUFFIX)})")
+    key = phase + PRECISION_SUFFIX[amp]
+    table = profile[key].get(backbone)
     if not table:
-        raise ProfileError(f"{profile['path']}: {phase}: no figure for backbone {backbone!r} (it lists "
-                           f"{', '.join(profile[phase])}); add one, or run python -m rankrepro bench train")
-    if amp not in profile["amp_factor"]:
-        raise ProfileError(f"{profile['path']}: amp_factor: no factor for amp {amp!r}")
+        raise ProfileError(f"{profile['path']}: {key}: no figure for backbone {backbone!r} (it lists "
+                           f"{', '.join(profile[key])}); add one, or run python -m rankrepro bench train",
+                           brief=f"no {key} throughput for backbone {backbone!r} in {shown_path(profile['path'])}")
     listed = min((int(s) for s in table), key=lambda s: (abs(s - size), s))
-    factor = profile["amp_factor"][amp] if phase == "train" else 1.0
-    return float(table[listed]) * (listed / size) ** 2 * factor
+    return float(table[listed]) * (listed / size) ** 2
+
+
+def declared_counts(name: str) -> dict[str, dict[str, int]]:
+    """Dataset ``name``'s ``expected_counts`` with :data:`PUBLISHED_COUNTS`' merged in, per split."""
+    from rankrepro.data import datasets
+
+    counts = {split: dict(c) for split, c in datasets.load(name).expected_counts.items()}
+    for split, more in PUBLISHED_COUNTS.get(name, {}).items():
+        counts[split] = {**counts.get(split, {}), **more}
+    return counts
 
 
 def _declared(name: str) -> dict[str, int]:
-    from rankrepro.data import datasets
-
-    counts = datasets.load(name).expected_counts
-    out = {split: c["images"] for split, c in counts.items() if "images" in c}
-    return {**out, **PUBLISHED_IMAGES.get(name, {})}
+    return {split: c["images"] for split, c in declared_counts(name).items() if "images" in c}
 
 
 def config_replica(name: str, datasets: dict[str, dict]) -> bool:
@@ -151,18 +195,28 @@ def manifest_counts(meta: Path) -> tuple[dict[str, int], bool]:
     return counts, bool(record.get("replica", False))
 
 
+def _config_manifest(name: str, datasets: dict[str, dict], results: str | Path):
+    """``(meta.json, {split: images}, where)`` of dataset ``name``'s prepared manifest when it was prepared from the
+    config's source; ``(meta.json, None, why it is ignored)`` when it was not; ``(meta.json, None, "")`` without one."""
+    meta = Path(results) / "manifests" / name / "meta.json"
+    if not meta.is_file():
+        return meta, None, ""
+    counts, replica = manifest_counts(meta)
+    kind = "replica manifest" if replica else "manifest"
+    if replica == config_replica(name, datasets):
+        return meta, counts, f"{kind} {meta}"
+    return meta, None, f"the {kind} {meta} is not the config's source"
+
+
 def split_images(name: str, datasets: dict[str, dict], results: str | Path = "results") -> tuple[dict[str, int], str]:
     """``({split: images}, where from)`` of dataset ``name`` (``datasets``: the plan's ``{name: {"facts",
     "config"}}``, for ``derived_from``, ``source`` and the config's ``replica``); the order is the module
     docstring's."""
     facts = {n: d.get("facts", {}) for n, d in datasets.items()}
-    meta, ignored = Path(results) / "manifests" / name / "meta.json", ""
-    if meta.is_file():
-        counts, replica = manifest_counts(meta)
-        kind = "replica manifest" if replica else "manifest"
-        if replica == config_replica(name, datasets):
-            return counts, f"{kind} {meta}"
-        ignored = f" (the {kind} {meta} is not the config's source)"
+    _, counts, note = _config_manifest(name, datasets, results)
+    if counts is not None:
+        return counts, note
+    ignored = f" ({note})" if note else ""
     counts, where = _declared(name), f"{name}'s declared counts"
     fact = facts.get(name, {})
     kin = [fact.get("derived_from")] + [n for n, f in facts.items() if f.get("source") and
@@ -176,10 +230,69 @@ def split_images(name: str, datasets: dict[str, dict], results: str | Path = "re
     return counts, where + ignored
 
 
-def run_cost(run: dict, profile: dict, counts: dict[str, int], other_counts: tuple[dict[str, int], ...] = ()) -> dict:
+def train_class_sizes(run: dict, datasets: dict[str, dict], results: str | Path = "results") -> list[int] | None:
+    """The images of each class of ``run``'s training split that :func:`~rankrepro.plan.epochs.epoch_images`
+    counts with (module
+    docstring), for an ``m_per_class`` sampler: the prepared manifest's (when it counts, as in
+    :func:`split_images`), else with a ``reduce_per_class`` cap the declared images spread evenly over the
+    declared classes of the finest level; None otherwise. A manifest that cannot be read is a
+    :class:`~rankrepro.data.manifest.ManifestError` naming it."""
+    sampler = run["sampler"]
+    if sampler.get("name") != "m_per_class":
+        return None
+    name, split = run["dataset"], run.get("train_split", "train")
+    meta, counts, _ = _config_manifest(name, datasets, results)
+    if counts is not None:
+        return _manifest_class_sizes(meta.parent, split)
+    if not sampler.get("reduce_per_class"):
+        return None
+    from rankrepro.data import datasets as registry
+
+    declared = declared_counts(name).get(split, {})
+    classes, images = declared.get(registry.load(name).levels[0]), declared.get("images")
+    if not classes or images is None:
+        return None
+    return [images // classes + (i < images % classes) for i in range(classes)]
+
+
+class ClassSizes:
+    """:func:`train_class_sizes` of a plan's runs (``datasets``: the plan's), each manifest read once."""
+
+    def __init__(self, datasets: dict[str, dict], results: str | Path = "results"):
+        self.datasets, self.results = datasets, results
+        self._cache: dict[tuple, list[int] | None] = {}
+
+    def __call__(self, run: dict) -> list[int] | None:
+        sampler = run["sampler"]
+        key = (run["dataset"], run.get("train_split", "train"), sampler.get("name"),
+               bool(sampler.get("reduce_per_class")))
+        if key not in self._cache:
+            self._cache[key] = train_class_sizes(run, self.datasets, self.results)
+        return self._cache[key]
+
+
+def _manifest_class_sizes(directory: Path, split: str) -> list[int]:
+    """Images per finest class (``label`` >= 0) of ``split`` in the manifest ``directory``'s ``manifest.csv``."""
+    import pandas as pd
+
+    from rankrepro.data.manifest import MANIFEST_CSV, ManifestError
+
+    path = directory / MANIFEST_CSV
+    try:
+        table = pd.read_csv(path, usecols=["split", "label"], dtype={"split": str})
+        labels = pd.to_numeric(table.loc[table["split"] == split, "label"], errors="raise")
+    except (OSError, ValueError, pd.errors.ParserError) as err:
+        raise ManifestError(f"{path}: cannot read its split and label columns ({str(err)[:200]}); prepare the "
+                            "dataset again (delete its manifest folder)") from None
+    return [int(n) for n in labels[labels >= 0].value_counts().sort_index()]
+
+
+def run_cost(run: dict, profile: dict, counts: dict[str, int], other_counts: tuple[dict[str, int], ...] = (),
+             class_sizes: Sequence[int] | None = None) -> dict:
     """One run's estimate (module docstring): images, images/s and hours; ``gpu_h`` None (with ``note``) when
     the training split's image count is unknown. ``other_counts``: the split counts of the run's
-    ``eval.datasets``, whose images (every split but ``train``) its final evaluation embeds too."""
+    ``eval.datasets``, whose images (every split but ``train``) its final evaluation embeds too;
+    ``class_sizes``: :func:`train_class_sizes`'s (:func:`~rankrepro.plan.epochs.epoch_images`)."""
     images = run["images"]
     split = run.get("train_split", "train")
     network = throughput_network(run, catalog.load())
@@ -192,9 +305,7 @@ def run_cost(run: dict, profile: dict, counts: dict[str, int], other_counts: tup
     if out["train_images"] is None:
         out["note"] = f"no image count for {run['dataset']}'s {split} split"
         return out
-    per_epoch = out["train_images"]
-    if run.get("max_batches_per_epoch"):
-        per_epoch = min(per_epoch, run["max_batches_per_epoch"] * out["batch_size"])
+    out["epoch_images"] = per_epoch = epoch_images(run, out["train_images"], class_sizes)
     out["train_ips"] = images_per_s(profile, "train", network, images["train_crop"], run["amp"])
     out["infer_ips"] = images_per_s(profile, "inference", network, images["test_crop"], run["amp"])
     out["train_h"] = per_epoch * run["epochs"] / out["train_ips"] / 3600
@@ -216,8 +327,9 @@ def plan_cost(plan: Plan | dict, gpu: str = "h100", results: str | Path = "resul
     profile = load_profile(gpu, profiles_dir)
     counts = {name: split_images(name, plan.datasets, results)
               for name in {d for r in plan.runs.values() for d in (r["dataset"], *r["eval"].get("datasets", []))}}
+    sizes = ClassSizes(plan.datasets, results)
     runs = {rid: {**run_cost(run, profile, counts[run["dataset"]][0],
-                             tuple(counts[d][0] for d in run["eval"].get("datasets", []))),
+                             tuple(counts[d][0] for d in run["eval"].get("datasets", [])), sizes(run)),
                   "counts_from": counts[run["dataset"]][1]}
             for rid, run in plan.runs.items()}
     users: dict[str, int] = {}
@@ -279,9 +391,11 @@ def to_text(cost: dict, per_run: bool = False) -> str:
             lines.append(f"  {key.split('/', 1)[1]:<12} {figure:>8} GPU-h  {e['runs']:>3} runs"
                          + (f" ({', '.join(extra)})" if extra else "") + f"  {e['title']}")
     if per_run:
-        lines += ["", "run | backbone | crop | amp | epochs | train images | eval images | GPU-h | counts from"]
+        lines += ["", "run | backbone | crop | amp | epochs | train images | images per epoch | eval images | GPU-h | "
+                  "counts from"]
         for rid, r in cost["runs"].items():
             h = _h(r["gpu_h"]) if r["gpu_h"] is not None else f"- ({r['note']})"
             lines.append(f"{rid} | {r['backbone']} | {r['train_crop']} | {r['amp']} | {r['epochs']} | "
-                         f"{r['train_images']} | {r['eval_images']} | {h} | {r['counts_from']}")
+                         f"{r['train_images']} | {r.get('epoch_images', '-')} | {r['eval_images']} | {h} | "
+                         f"{r['counts_from']}")
     return "\n".join(lines) + "\n"

@@ -17,7 +17,9 @@ test curve, ``eval.every``, as it goes) and evaluates it at the end with ``runti
 ``train_h`` and one evaluation (``eval_h / evaluations``) are :func:`rankrepro.plan.cost.run_cost`'s, on the
 throughput profile of ``cluster.gpu`` with :func:`~rankrepro.plan.cost.split_images`'s image counts (the prepared
 manifest's when it was prepared from the config's source -- never the demo's replicas for real datasets --, else
-the declared ones; a manifest without readable counts is a :class:`PlanError` naming it): the figures ``python -m rankrepro cost --runs`` prints. A batch sums its
+the declared ones; a manifest without readable counts is a :class:`PlanError` naming it; an epoch counted as
+:func:`~rankrepro.plan.cost.epoch_images` counts it, a sampler's per-class cap included): the figures
+``python -m rankrepro cost --runs`` prints. A batch sums its
 runs' hours. A run without an estimate (no image count: DyML before it is prepared; a backbone the profile lacks:
 the demo's ``resnet_tiny``) asks for ``runtime_max``, and so does a batch holding one.
 
@@ -55,7 +57,7 @@ from pathlib import Path
 from rankrepro.record.runtime import TrainRuntime
 from rankrepro.record.selection import curve_epochs
 from rankrepro.data.manifest import ManifestError
-from rankrepro.plan.cost import PROFILES_DIR, ProfileError, load_profile, run_cost, split_images
+from rankrepro.plan.cost import PROFILES_DIR, ClassSizes, ProfileError, load_profile, run_cost, split_images
 from rankrepro.plan.model import Plan
 from rankrepro.plan.schema import PlanError, fill_schema_defaults, load_schema, validate
 
@@ -123,6 +125,7 @@ class ClusterResources:
         except ProfileError as err:
             raise PlanError(f"cluster.gpu: {err}") from None
         self._counts: dict[tuple[str, bool], dict[str, int]] = {}
+        self._class_sizes: dict[bool, ClassSizes] = {}
 
     # -- caps ----------------------------------------------------------------------------------------
 
@@ -153,10 +156,14 @@ class ClusterResources:
         """The run's :func:`~rankrepro.plan.cost.run_cost`, or None when it has no estimate (no image count, or a
         backbone or amp the profile lacks)."""
         run = self.plan.runs[run_id]
+        prepared = (Path(self.results) / "manifests" / run["dataset"] / "meta.json").is_file()
+        sizes = self._class_sizes.setdefault(prepared, ClassSizes(self.plan.datasets, self.results))
         try:
-            cost = run_cost(run, self.profile, self.counts(run["dataset"]))
+            cost = run_cost(run, self.profile, self.counts(run["dataset"]), class_sizes=sizes(run))
         except ProfileError:
             return None
+        except ManifestError as err:
+            raise PlanError(f"{err} (its image counts size the jobs' runtime and memory)") from None
         return cost if cost["gpu_h"] is not None else None
 
     def hours(self, work: Work) -> float | None:
