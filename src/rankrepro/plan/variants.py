@@ -27,8 +27,8 @@ import copy
 
 from rankrepro.plan.schema import PlanError
 
-__all__ = ["SAME_AS_MAIN", "VARIANT", "expand_variants", "is_variant", "check_variants_setting", "variant_layers",
-           "variant_column", "variants_on"]
+__all__ = ["SAME_AS_MAIN", "VARIANT", "expand_variants", "is_variant", "check_variants_setting", "variant_column",
+           "variants_on"]
 
 #: the key of an expanded variant row that says which variant it is (and of which row)
 VARIANT = "variant"
@@ -80,7 +80,7 @@ def expand_variants(spec: dict, on: bool) -> dict:
         for v, variant in enumerate(row.pop("variants", None) or ()):
             if not on:
                 continue
-            extra = {k: val for k, val in row.items() if k not in ("paper_row",)}
+            extra = {k: val for k, val in row.items() if k != "paper_row"}
             extra["method"] = f"{row['method']} · {variant['label']}"
             extra[VARIANT] = {**variant, "of": r, "at": f"rows[{r}].variants[{v}]"}
             appended.append(extra)
@@ -94,13 +94,3 @@ def variant_column(variant: dict, column: dict) -> bool:
     wanted = variant.get("columns")
     return wanted is None or column["key"] in wanted or column["group"] in wanted
 
-
-def variant_layers(where: str, variant: dict, column: dict) -> list[tuple[str, dict]]:
-    """The layers a variant adds to its cell in ``column``, after the row's: its ``run``, then its ``column_runs``
-    for the column's group and for its key (labels naming the spec file and the declaration)."""
-    at = f"{where}: {variant['at']}"
-    layers = [(f"{at}.run", variant["run"])] if "run" in variant else []
-    layers += [(f"{at}.column_runs.{selector}", variant["column_runs"][selector])
-               for selector in dict.fromkeys((column["group"], column["key"]))
-               if selector in variant.get("column_runs", {})]
-    return layers

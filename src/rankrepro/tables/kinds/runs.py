@@ -40,13 +40,13 @@ from rankrepro.record.selection import SELECT, shown_metrics
 from rankrepro.plan.complete import run_id
 from rankrepro.plan.schema import PlanError, validate
 from rankrepro.plan.setups import check_per_loss
-from rankrepro.plan.variants import SAME_AS_MAIN, VARIANT, is_variant, variant_column, variant_layers
+from rankrepro.plan.variants import SAME_AS_MAIN, VARIANT, is_variant, variant_column
 from rankrepro.tables.formats import (BEST, REPLICA_TEX, SECOND, group_spans, latex_table, markdown_page, md_mark, numbers_csv, paper_number,
                                       parse_number, tex_escape, tex_mark, write_outputs)
 from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import REPLICA_NOTE, KindPlan, TableError, TableKind, check_paper_counts
 
-__all__ = ["UNITS", "RunsTable", "best_marks", "cell_values", "column_unit", "mark_groups", "other_column",
+__all__ = ["UNITS", "RunsTable", "best_marks", "cell_values", "column_run_layers", "column_unit", "mark_groups", "other_column",
            "rank_marks", "seed_stats", "selection_note", "table_rows"]
 
 
@@ -349,6 +349,13 @@ def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
     return latex_table(caption, "l" + "r" * width * ncol, lines)
 
 
+def column_run_layers(at: str, block: dict, column: dict) -> list[tuple[str, dict]]:
+    """The layers of ``block``'s ``column_runs`` (a row's or a variant's, declared at ``at``) for ``column``: its
+    entry for the column's group, then for its key."""
+    return [(f"{at}.column_runs.{selector}", block["column_runs"][selector])
+            for selector in dict.fromkeys((column["group"], column["key"])) if selector in block.get("column_runs", {})]
+
+
 def _cell_record(cell: Cell, row: dict) -> dict:
     """A cell's plan record: its fields, and for a variant row's cell ``variant`` (true) and the epoch the
     variant shows where it sets one (``select``): keys a paper row's cell does not have, so that a table's plan
@@ -422,11 +429,11 @@ class RunsTable(TableKind):
                 layers = [(f"{where}: columns[{c}].run", column.get("run", {})),
                           (f"{where}: {at}.loss", {"loss": row["loss"]}),
                           (f"{where}: {at}.run", row.get("run", {}))]
-                layers += [(f"{where}: {at}.column_runs.{selector}", row["column_runs"][selector])
-                           for selector in dict.fromkeys((column["group"], column["key"]))
-                           if selector in row.get("column_runs", {})]
-                if variant:
-                    layers += variant_layers(where, variant, column)
+                layers += column_run_layers(f"{where}: {at}", row, column)
+                if variant:  # the variant's own blocks, after every layer of its main row
+                    declared = f"{where}: {variant['at']}"
+                    layers += [(f"{declared}.run", variant["run"])] if "run" in variant else []
+                    layers += column_run_layers(declared, variant, column)
                 context = f" (cell {row['method']!r} x {column['key']})"
                 for seed in spec.get("seeds", [None]):
                     run = planner.resolve(column["setup"], layers, seed, context)
