@@ -17,7 +17,7 @@ from rankrepro.plan.planner import resolve_run
 
 
 class Vectors(Dataset):
-    """Items ``(vector, label)``: the "image" is its own embedding under ``torch.nn.Identity``."""
+    """Items ``(vector, label, index)``, as ImageDataset's: the "image" is its own embedding under ``torch.nn.Identity``."""
 
     def __init__(self, vectors):
         self.vectors = torch.tensor(vectors, dtype=torch.float32)
@@ -26,7 +26,7 @@ class Vectors(Dataset):
         return len(self.vectors)
 
     def __getitem__(self, index):
-        return self.vectors[index], 0
+        return self.vectors[index], 0, index
 
 
 def test_chosen_images_takes_at_most_n_per_class_with_the_seed():

@@ -28,6 +28,7 @@ This module imports no torch: the planner reads the same facts from the catalog
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import math
@@ -77,12 +78,7 @@ def _literal_values(annotation) -> list | None:
     if not isinstance(annotation, str):
         return None
     match = re.fullmatch(r"Literal\[(.+)\]", annotation.strip())
-    if match is None:
-        return None
-    import ast
-
-    values = ast.literal_eval(f"({match.group(1)},)")
-    return list(values)
+    return None if match is None else list(ast.literal_eval(f"({match.group(1)},)"))
 
 
 def _annotation_bounds(annotation) -> dict:

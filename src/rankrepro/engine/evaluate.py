@@ -25,11 +25,12 @@ from rankrepro.metrics import compute, protocols
 
 @torch.no_grad()
 def embed(model, dataset, device: torch.device, amp: str, batch_size: int = 256, num_workers: int = 0,
-          progress: bool = True) -> np.ndarray:
-    """L2-normalised embeddings of every item of ``dataset``, in order, as float32."""
+          progress: bool = True, generator: torch.Generator | None = None) -> np.ndarray:
+    """L2-normalised embeddings of every item of ``dataset``, in order, as float32. ``generator``: where the
+    loader draws its base seed (None: torch's global random state; a fresh ``torch.Generator()`` consumes none)."""
     model.eval()
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                        pin_memory=device.type == "cuda")
+                        pin_memory=device.type == "cuda", generator=generator)
     chunks = []
     for images, _, _ in tqdm(loader, desc="embedding", file=sys.stderr, disable=not progress, mininterval=5.0):
         with autocast(device, amp):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import Dataset, Subset
 
 __all__ = ["chosen_images", "class_means"]
 
@@ -37,40 +37,29 @@ def chosen_images(labels: np.ndarray, per_class: int, seed: int) -> np.ndarray:
     return np.sort(order[rank < per_class])
 
 
-@torch.no_grad()
 def class_means(model: torch.nn.Module, dataset: Dataset, labels: np.ndarray, num_classes: int, *, per_class: int,
                 seed: int, device: torch.device | str = "cpu", amp: str = "none", batch_size: int = 64,
                 num_workers: int = 0) -> torch.Tensor:
     """[num_classes, D] float32 on the CPU: row c the normalised mean of the normalised embeddings ``model`` (eval
-    mode) gives to :func:`chosen_images` of class c in ``dataset`` (whose item i is ``(image, ...)`` with class
-    ``labels[i]``, 0 .. num_classes - 1); a class without an image is an error. Consumes no global random state."""
-    from rankrepro.device import autocast
+    mode, :func:`rankrepro.engine.evaluate.embed`; its mode restored after) gives to :func:`chosen_images` of class c
+    in ``dataset`` (whose item i is ``(image, label, index)`` with class ``labels[i]``, 0 .. num_classes - 1); a class
+    without an image is an error. Consumes no global random state."""
+    from rankrepro.engine.evaluate import embed
 
     labels = np.asarray(labels)
     missing = sorted(set(range(num_classes)) - set(np.unique(labels).tolist()))
     if missing:
         raise ValueError(f"weight imprinting: {len(missing)} of {num_classes} classes have no training image "
                          f"(first: {missing[0]})")
-    device = torch.device(device)
     chosen = chosen_images(labels, per_class, seed)
-    loader = DataLoader(Subset(dataset, chosen.tolist()), batch_size=batch_size, shuffle=False,
-                        num_workers=num_workers, pin_memory=device.type == "cuda", generator=torch.Generator())
-    sums, counts = None, torch.zeros(num_classes, dtype=torch.float64)
-    order = torch.as_tensor(labels[chosen], dtype=torch.long)
     was_training = model.training
-    model.eval()
     try:
-        start = 0
-        for images, *_ in loader:
-            with autocast(device, amp):
-                embeddings = model(images.to(device, non_blocking=True))
-            unit = F.normalize(embeddings.float(), dim=1).double().cpu()
-            ids = order[start:start + len(unit)]
-            start += len(unit)
-            if sums is None:
-                sums = torch.zeros(num_classes, unit.shape[1], dtype=torch.float64)
-            sums.index_add_(0, ids, unit)
-            counts.index_add_(0, ids, torch.ones(len(ids), dtype=torch.float64))
+        embeddings = embed(model, Subset(dataset, chosen.tolist()), torch.device(device), amp, batch_size=batch_size,
+                           num_workers=num_workers, progress=False, generator=torch.Generator())
     finally:
         model.train(was_training)
+    unit = F.normalize(torch.from_numpy(embeddings).double(), dim=1)
+    ids = torch.as_tensor(labels[chosen], dtype=torch.long)
+    sums = torch.zeros(num_classes, unit.shape[1], dtype=torch.float64).index_add_(0, ids, unit)
+    counts = torch.bincount(ids, minlength=num_classes).double()
     return F.normalize(sums / counts.unsqueeze(1), dim=1).float()

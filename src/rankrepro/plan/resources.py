@@ -112,6 +112,14 @@ class Work:
     evaluate: bool
 
 
+def _read_manifest(read, *args):
+    """``read(*args)``, a prepared manifest that cannot be read a :class:`PlanError` naming it (and why it matters)."""
+    try:
+        return read(*args)
+    except ManifestError as err:
+        raise PlanError(f"{err} (its image counts size the jobs' runtime and memory)") from None
+
+
 class ClusterResources:
     """The runtime and memory of jobs of ``plan``'s runs under ``runtime`` (the config's block) and the config's
     ``cluster`` block (module docstring); ``results``: where prepared manifests give image counts."""
@@ -141,29 +149,30 @@ class ClusterResources:
 
     # -- estimates -----------------------------------------------------------------------------------
 
+    def _prepared(self, dataset: str) -> bool:
+        """Whether ``dataset``'s manifest is prepared (what it counts is read again once it is)."""
+        return (Path(self.results) / "manifests" / dataset / "meta.json").is_file()
+
     def counts(self, dataset: str) -> dict[str, int]:
         """``{split: images}`` of ``dataset`` (:func:`~rankrepro.plan.cost.split_images`), read again once its
         manifest is prepared."""
-        key = (dataset, (Path(self.results) / "manifests" / dataset / "meta.json").is_file())
+        key = (dataset, self._prepared(dataset))
         if key not in self._counts:
-            try:
-                self._counts[key] = split_images(dataset, self.plan.datasets, self.results)[0]
-            except ManifestError as err:
-                raise PlanError(f"{err} (its image counts size the jobs' runtime and memory)") from None
+            self._counts[key] = _read_manifest(split_images, dataset, self.plan.datasets, self.results)[0]
         return self._counts[key]
 
     def estimate(self, run_id: str) -> dict | None:
         """The run's :func:`~rankrepro.plan.cost.run_cost`, or None when it has no estimate (no image count, or a
         backbone or amp the profile lacks)."""
         run = self.plan.runs[run_id]
-        prepared = (Path(self.results) / "manifests" / run["dataset"] / "meta.json").is_file()
-        sizes = self._class_sizes.setdefault(prepared, ClassSizes(self.plan.datasets, self.results))
+        prepared = self._prepared(run["dataset"])
+        if prepared not in self._class_sizes:
+            self._class_sizes[prepared] = ClassSizes(self.plan.datasets, self.results)
         try:
-            cost = run_cost(run, self.profile, self.counts(run["dataset"]), class_sizes=sizes(run))
+            cost = run_cost(run, self.profile, self.counts(run["dataset"]),
+                            class_sizes=_read_manifest(self._class_sizes[prepared], run))
         except ProfileError:
             return None
-        except ManifestError as err:
-            raise PlanError(f"{err} (its image counts size the jobs' runtime and memory)") from None
         return cost if cost["gpu_h"] is not None else None
 
     def hours(self, work: Work) -> float | None:

@@ -86,8 +86,7 @@ class RetrievalTask(Task):
                                 max_images=self.model.pca_images, seed=run["seed"], num_workers=settings.num_workers)
         base = getattr(self.criterion, "base", None)
         if state is None and getattr(base, "init", None) == "imprint":  # a resumed run restores it with the loss
-            labels = self.dataset.labels.numpy()
-            finest = labels[:, 0] if labels.ndim == 2 else labels
+            finest = self.dataset.labels[:, 0].numpy()  # [N, levels], contiguous: the finest level
             base.imprint(class_means(self.model, self._plain_images(), finest, base.num_classes,
                                      per_class=base.imprint_per_class, seed=run["seed"], device=self.device,
                                      amp=run["amp"], num_workers=settings.num_workers).to(self.device))
