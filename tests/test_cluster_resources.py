@@ -41,16 +41,17 @@ def toy_run(dataset="sop", epochs=100, every=50, backbone="resnet50", batch=64, 
 @pytest.fixture()
 def toy(tmp_path):
     """A plan of runs 'big' (sop: 36,000 train and 18,000 test images), 'small' (10 epochs, no curve),
-    'dyml' (no image count), 'tiny' (a backbone the profile lacks); the profile and manifests in tmp_path."""
+    'faces' (ijbc: no training image count), 'dyml' (a training count, none for its test splits), 'tiny' (a backbone the profile lacks); the profile and manifests in tmp_path."""
     (tmp_path / "profiles").mkdir()
     (tmp_path / "profiles" / "toy.yaml").write_text(PROFILE)
     meta = tmp_path / "results" / "manifests" / "sop" / "meta.json"
     meta.parent.mkdir(parents=True)
     meta.write_text(json.dumps({"counts": {"train": {"images": 36_000}, "test": {"images": 18_000}}}))
-    runs = {"big": toy_run(), "small": toy_run(epochs=10, every=None), "dyml": toy_run(dataset="dyml_vehicle"),
+    runs = {"big": toy_run(), "small": toy_run(epochs=10, every=None), "faces": toy_run(dataset="ijbc"), "dyml": toy_run(dataset="dyml_vehicle"),
             "tiny": toy_run(backbone="resnet_tiny")}
     datasets = {"sop": {"facts": {"source": "sop", "derived_from": None}},
-                "dyml_vehicle": {"facts": {"source": "dyml_vehicle", "derived_from": None}}}
+                "dyml_vehicle": {"facts": {"source": "dyml_vehicle", "derived_from": None}},
+                "ijbc": {"facts": {"source": "ijbc", "derived_from": None}}}
     return Plan(runs, {}, datasets, {"names": []}), tmp_path
 
 
@@ -82,10 +83,11 @@ def test_the_floor_the_ceiling_and_the_settings_bound_the_runtime(toy):
 
 def test_a_run_without_an_estimate_asks_for_runtime_max(toy):
     r = resources(toy, {"runtime_max": 600})
-    assert r.estimate("dyml") is None and r.estimate("tiny") is None and r.estimate("big")["gpu_h"] > 1
-    assert r.runtime_minutes([Work("dyml", True, False)]) == 600  # no image count
+    assert r.estimate("faces") is None and r.estimate("tiny") is None and r.estimate("big")["gpu_h"] > 1
+    assert r.runtime_minutes([Work("faces", True, False)]) == 600  # no image count
     assert r.runtime_minutes([Work("tiny", True, False)]) == 600  # resnet_tiny is not in the profile
-    assert r.runtime_minutes([Work("small", True, True), Work("dyml", True, True)]) == 600  # a batch holding one
+    assert r.runtime_minutes([Work("small", True, True), Work("faces", True, True)]) == 600  # a batch holding one
+    assert r.estimate("dyml")["train_images"] == 343_100  # estimated from its unverified training count
 
 
 def test_memory_terms_by_hand(toy):
@@ -111,8 +113,9 @@ def test_memory_terms_by_hand(toy):
     assert terms["cpu activations"] == 0  # on a GPU they are in its memory
     # an evaluate job: no training batches
     assert r.mem_terms(Work("big", train=False, evaluate=True))["train batches"] == 0
-    # unknown counts: UNKNOWN_IMAGES
-    assert r.mem_terms(Work("dyml", True, False))["manifest"] == pytest.approx(3 * UNKNOWN_IMAGES * 500 / mib)
+    # unknown counts: UNKNOWN_IMAGES for the training split, and for the test splits together
+    assert r.mem_terms(Work("faces", True, False))["manifest"] == pytest.approx(3 * 2 * UNKNOWN_IMAGES * 500 / mib)
+    assert r.mem_terms(Work("dyml", True, False))["manifest"] == pytest.approx(3 * (343_100 + UNKNOWN_IMAGES) * 500 / mib)
 
 
 def test_the_caps_bound_threads_and_memory(toy):

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from rankrepro.data.manifest import ManifestError
-from rankrepro.plan.cost import (PROFILES_DIR, ProfileError, images_per_s, load_profile, plan_cost, run_cost,
-                                 split_images, train_class_sizes)
+from rankrepro.plan.cost import (PROFILES_DIR, UNVERIFIED, ProfileError, images_per_s, load_profile, plan_cost,
+                                 run_cost, split_images, to_text, train_class_sizes)
 from rankrepro.plan.epochs import epoch_images
 
 TOY_PROFILE = {"gpu": "toy", "measured": False,
@@ -43,9 +43,9 @@ def results(tmp_path):
 
 def _plan():
     runs = {"a": _run("toyset", "resnet50", 224, 10, every=4), "b": _run("toyset", "densenet201", 448, 2, amp="none"),
-            "c": _run("toyset", "resnet50", 224, 5, cap=3), "d": _run("dyml_animal", "resnet50", 224, 1)}
+            "c": _run("toyset", "resnet50", 224, 5, cap=3), "d": _run("ijbc", "resnet50", 224, 1)}
     table = {"spec": {"caption": "t"}, "cells": []}
-    return {"runs": runs, "datasets": {"toyset": {"facts": {}}, "dyml_animal": {"facts": {}}}, "synthetic": {},
+    return {"runs": runs, "datasets": {"toyset": {"facts": {}}, "ijbc": {"facts": {}}}, "synthetic": {},
             "tables": {"p/t1": {**table, "paper": "p", "table": "t1", "runs": ["a", "b"]},
                        "p/t2": {**table, "paper": "p", "table": "t2", "runs": ["a", "c", "d"]},
                        "q/t1": {**table, "paper": "q", "table": "t1", "runs": ["c"]}}}
@@ -60,7 +60,7 @@ def test_the_estimate_of_a_tiny_plan_equals_the_hand_computation(profiles, resul
     runs = cost["runs"]
     assert runs["a"]["gpu_h"] == pytest.approx(a) and runs["b"]["gpu_h"] == pytest.approx(b)
     assert runs["c"]["gpu_h"] == pytest.approx(c)
-    assert runs["d"]["gpu_h"] is None and "dyml_animal" in runs["d"]["note"]
+    assert runs["d"]["gpu_h"] is None and "ijbc's train split" in runs["d"]["note"]  # a test-only dataset
     assert cost["tables"]["p/t1"]["gpu_h"] == pytest.approx(a + b)
     assert cost["tables"]["p/t2"]["gpu_h"] == pytest.approx(a + c) and cost["tables"]["p/t2"]["not_estimated"] == 1
     assert cost["tables"]["p/t2"]["shared"] == 2  # a (with p/t1) and c (with q/t1)
@@ -74,6 +74,34 @@ def test_counts_fall_back_to_the_declared_then_to_the_same_images(tmp_path):
     counts, where = split_images("sop_merge3", datasets, tmp_path)
     assert counts["train"] == 59_551 and "sop" in where
     assert split_images("vehicleid", {}, tmp_path)[0]["train"] == 110_178
+
+
+def test_dyml_is_estimated_from_its_unverified_training_counts_and_says_so(profiles, tmp_path):
+    counts, where = split_images("dyml_vehicle", {}, tmp_path)
+    assert counts == {"train": 343_100} and UNVERIFIED in where
+    run = _run("dyml_product", "resnet50", 224, 2)
+    plan = {"runs": {"p": run, "t": _run("toyset", "resnet50", 224, 1)},
+            "datasets": {"dyml_product": {"facts": {}}, "toyset": {"facts": {}}}, "synthetic": {},
+            "tables": {"s/t8": {"spec": {"caption": "t"}, "cells": [], "paper": "s", "table": "t8", "runs": ["p"]}}}
+    results = tmp_path / "results"
+    meta = results / "manifests" / "toyset" / "meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"replica": False, "counts": {"train": {"images": 10}, "test": {"images": 10}}}))
+    cost = plan_cost(plan, "toy", results, profiles)
+    p = cost["runs"]["p"]
+    assert p["gpu_h"] == pytest.approx(747_500 * 2 / 1000 / 3600)  # training only: no test count
+    assert p["unverified"] and "evaluation not counted" in p["note"] and not cost["runs"]["t"]["unverified"]
+    assert cost["total"]["not_estimated"] == 0
+    text = to_text(cost, per_run=True)
+    assert "1 runs rest on unverified image counts (dyml_product" in text and "1 of them without their evaluation" in text
+    assert "(evaluation not counted: no image count for dyml_product's test splits)" in text
+    # once prepared, the manifest's counts replace them and nothing is marked
+    meta = results / "manifests" / "dyml_product" / "meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"replica": False, "counts": {"train": {"images": 1000}, "test": {"images": 500}}}))
+    again = plan_cost(plan, "toy", results, profiles)
+    assert not again["runs"]["p"]["unverified"] and not again["runs"]["p"]["note"]
+    assert "unverified" not in to_text(again)
 
 
 def _manifest(results, name, replica, train=12, test=8):

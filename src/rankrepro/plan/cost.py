@@ -24,9 +24,10 @@ A run's estimate is training plus evaluation on one GPU of a kind (``--gpu``, de
   from the source the config names -- a generated replica for ``replica: true`` (a derived dataset: its base's
   setting), the real files otherwise: the demo's replica manifests never stand in for the real datasets of
   ``config.yaml`` in the same results folder --, the dataset's declared ``expected_counts`` and
-  :data:`PUBLISHED_COUNTS`, then those of the dataset it derives from or shares its source with (merge3 relabels
-  SOP's images); a run whose training count is unknown (DyML: its datasets declare no image count) is listed
-  as not estimated;
+  :data:`PUBLISHED_COUNTS` (then :data:`UNVERIFIED_COUNTS`: DyML's training images, figures no copy of their
+  source here confirms; the estimate names the runs resting on them, and without a test count their evaluation is
+  not counted), then those of the dataset it derives from or shares its source with (merge3 relabels SOP's
+  images); a run whose training count is still unknown is listed as not estimated;
 - images/s: the GPU's throughput profile ``profiles/throughput/<gpu>.yaml`` (:func:`load_profile`: measured by
   ``python -m rankrepro bench train`` on that GPU, or assumed figures marked ``measured: false``), one table per
   phase and precision (:data:`PRECISION_SUFFIX`): ``train`` and ``inference`` for mixed precision (``amp: fp16``
@@ -73,6 +74,20 @@ PUBLISHED_COUNTS = {
     # label file, not shown to follow from the released one)
     "gldv2_hier": {"train": {"images": 970_981, "landmark": 46_593}},
 }
+
+#: training-image counts that no copy of their source on this project's machines confirms, in the form of
+#: :data:`PUBLISHED_COUNTS` and used like them until the dataset is prepared (its manifest's counts replace them); the
+#: estimate marks the runs that rest on them (:data:`UNVERIFIED`). DyML (Sun et al., "Dynamic Metric Learning", CVPR
+#: 2021, arXiv 2103.11781, Table 1, rounded to 0.1K there): DyML-Vehicle 343.1K, -Animal 407.8K, -Product 747.5K
+#: training images [unverified: recalled, not read from the paper; SupRank's config/dataset/dyml_*.yaml leave
+#: num_samples_train empty]. No test count is stated anywhere we can read: their evaluation is not counted.
+UNVERIFIED_COUNTS = {
+    "dyml_vehicle": {"train": {"images": 343_100}},
+    "dyml_animal": {"train": {"images": 407_800}},
+    "dyml_product": {"train": {"images": 747_500}},
+}
+#: the words that mark, in a run's ``counts_from``, counts from :data:`UNVERIFIED_COUNTS`
+UNVERIFIED = "unverified figures"
 
 #: the profile table of each run ``amp``, after the phase's name: mixed precision ``train`` / ``inference``,
 #: float32 ``train_fp32`` / ``inference_fp32``
@@ -162,8 +177,9 @@ def declared_counts(name: str) -> dict[str, dict[str, int]]:
     from rankrepro.data import datasets
 
     counts = {split: dict(c) for split, c in datasets.load(name).expected_counts.items()}
-    for split, more in PUBLISHED_COUNTS.get(name, {}).items():
-        counts[split] = {**counts.get(split, {}), **more}
+    for published in (PUBLISHED_COUNTS, UNVERIFIED_COUNTS):
+        for split, more in published.get(name, {}).items():
+            counts[split] = {**counts.get(split, {}), **more}
     return counts
 
 
@@ -218,6 +234,8 @@ def split_images(name: str, datasets: dict[str, dict], results: str | Path = "re
         return counts, note
     ignored = f" ({note})" if note else ""
     counts, where = _declared(name), f"{name}'s declared counts"
+    if name in UNVERIFIED_COUNTS:
+        where += f" ({UNVERIFIED}: rankrepro.plan.cost.UNVERIFIED_COUNTS)"
     fact = facts.get(name, {})
     kin = [fact.get("derived_from")] + [n for n, f in facts.items() if f.get("source") and
                                         f.get("source") == fact.get("source") and n != name]
@@ -305,6 +323,8 @@ def run_cost(run: dict, profile: dict, counts: dict[str, int], other_counts: tup
     if out["train_images"] is None:
         out["note"] = f"no image count for {run['dataset']}'s {split} split"
         return out
+    if not out["eval_images"]:
+        out["note"] = f"evaluation not counted: no image count for {run['dataset']}'s test splits"
     out["epoch_images"] = per_epoch = epoch_images(run, out["train_images"], class_sizes)
     out["train_ips"] = images_per_s(profile, "train", network, images["train_crop"], run["amp"])
     out["infer_ips"] = images_per_s(profile, "inference", network, images["test_crop"], run["amp"])
@@ -330,7 +350,7 @@ def plan_cost(plan: Plan | dict, gpu: str = "h100", results: str | Path = "resul
     sizes = ClassSizes(plan.datasets, results)
     runs = {rid: {**run_cost(run, profile, counts[run["dataset"]][0],
                              tuple(counts[d][0] for d in run["eval"].get("datasets", [])), sizes(run)),
-                  "counts_from": counts[run["dataset"]][1]}
+                  "counts_from": counts[run["dataset"]][1], "unverified": UNVERIFIED in counts[run["dataset"]][1]}
             for rid, run in plan.runs.items()}
     users: dict[str, int] = {}
     for table in plan.tables.values():
@@ -366,6 +386,18 @@ def _variants_text(entry: dict) -> str:
             if v and v["runs"] else "")
 
 
+def _unverified_text(runs: dict[str, dict]) -> list[str]:
+    """A line naming the datasets whose estimates rest on :data:`UNVERIFIED_COUNTS`, if any run's does."""
+    names = sorted({r["dataset"] for r in runs.values() if r.get("unverified")})
+    if not names:
+        return []
+    runs = [r for r in runs.values() if r.get("unverified")]
+    unseen = sum(not r["eval_images"] for r in runs)
+    return [f"{len(runs)} runs rest on unverified image counts ({', '.join(names)}: "
+            "rankrepro.plan.cost.UNVERIFIED_COUNTS) until their datasets are prepared"
+            + (f"; {unseen} of them without their evaluation (no test image count)" if unseen else "")]
+
+
 def _h(value: float) -> str:
     return f"{value:,.1f}" if value >= 0.1 else ("0" if value == 0 else "<0.1")
 
@@ -378,6 +410,7 @@ def to_text(cost: dict, per_run: bool = False) -> str:
              f"total: {_h(t['gpu_h'])} GPU-h for {t['runs']} runs, each counted once"
              + (f" (+ {t['not_estimated']} runs not estimated: no image count)" if t["not_estimated"] else "")
              + _variants_text(t),
+             *_unverified_text(cost["runs"]),
              "a table counts every run it needs (a shared run in each table); a paper and the total count it once", ""]
     for paper, p in cost["papers"].items():
         lines.append(f"{paper}: {_h(p['gpu_h'])} GPU-h ({p['runs']} runs"
@@ -394,7 +427,8 @@ def to_text(cost: dict, per_run: bool = False) -> str:
         lines += ["", "run | backbone | crop | amp | epochs | train images | images per epoch | eval images | GPU-h | "
                   "counts from"]
         for rid, r in cost["runs"].items():
-            h = _h(r["gpu_h"]) if r["gpu_h"] is not None else f"- ({r['note']})"
+            h = _h(r["gpu_h"]) if r["gpu_h"] is not None else "-"
+            h += f" ({r['note']})" if r["note"] else ""
             lines.append(f"{rid} | {r['backbone']} | {r['train_crop']} | {r['amp']} | {r['epochs']} | "
                          f"{r['train_images']} | {r.get('epoch_images', '-')} | {r['eval_images']} | {h} | "
                          f"{r['counts_from']}")

@@ -20,8 +20,8 @@ manifest's when it was prepared from the config's source -- never the demo's rep
 the declared ones; a manifest without readable counts is a :class:`PlanError` naming it; an epoch counted as
 :func:`~rankrepro.plan.cost.epoch_images` counts it, a sampler's per-class cap included): the figures
 ``python -m rankrepro cost --runs`` prints. A batch sums its
-runs' hours. A run without an estimate (no image count: DyML before it is prepared; a backbone the profile lacks:
-the demo's ``resnet_tiny``) asks for ``runtime_max``, and so does a batch holding one.
+runs' hours. A run without an estimate (no training image count; a backbone the profile lacks: the demo's
+``resnet_tiny``) asks for ``runtime_max``, and so does a batch holding one.
 
 **Memory** (MB, of the host: a GPU's own memory is not part of a SLURM memory request)::
 
@@ -36,7 +36,8 @@ with ``workers`` = ``runtime.num_workers``; in flight = workers x prefetch + 2 (
 copy), prefetch being ``runtime.prefetch_factor`` for training and 2 (torch's default) for evaluation; images: every
 split of the manifest; the embedding size: ``model.embed_dim`` (2048 when null). A job that trains and evaluates
 counts both loaders (its test curve is scored while the training loader's workers live); a batch asks for its
-largest run. A run whose image count is unknown counts :data:`UNKNOWN_IMAGES`. Not counted: the page cache of the
+largest run. A split group whose image count is unknown (the training split; the evaluation splits together:
+DyML declares a training count only) counts :data:`UNKNOWN_IMAGES`. Not counted: the page cache of the
 images read (reclaimable), ``gpu_decode``'s smaller batches (JPEG bytes: the formula is an upper bound there).
 What is measured and what is assumed: the constants. Checked on this CPU: training and evaluating SOP's replica
 with ResNet-50 (batch 32, 224², 2 workers) peaked at 4,045 MB (the process tree's PSS); the terms sum to 3,905,
@@ -80,7 +81,8 @@ HEADROOM = 1.25
 #: measured: training ResNet-50 on CPU at 224², batch 32, the training process's RSS peaked 1,578 MB above BASE_MB
 #: (49 MB per image); other backbones are assumed alike (the demo's tiny ones need far less)
 CPU_ACTIVATION_MB = 50
-#: the images counted for a run whose dataset declares no count (DyML before it is prepared): our choice
+#: the images counted for a run's training split, or its evaluation splits, whose count is unknown (DyML's test
+#: splits before it is prepared): our choice
 UNKNOWN_IMAGES = 1_000_000
 #: the embedding size of a model without a projection (model.embed_dim null): ResNet-50's features
 FEATURES = 2048
@@ -203,8 +205,8 @@ class ClusterResources:
         run = self.plan.runs[work.run_id]
         counts = self.counts(run["dataset"])
         split = run.get("train_split", "train")
-        images = sum(counts.values()) if split in counts else UNKNOWN_IMAGES
-        eval_images = images - counts[split] if split in counts else UNKNOWN_IMAGES
+        eval_images = sum(n for s, n in counts.items() if s != split) if len(counts) > 1 else UNKNOWN_IMAGES
+        images = counts.get(split, UNKNOWN_IMAGES) + eval_images
         workers = self.runtime["num_workers"]
         terms = {"base": BASE_MB, "cuda": CUDA_MB if self.runtime["device"] != "cpu" else 0,
                  "workers": workers * WORKER_MB, "manifest": (workers + 1) * images * ROW_BYTES / MIB,
