@@ -107,7 +107,7 @@ def test_table6_demo_structure(tmp_path):
 def test_table6_memory_guard_skips_and_gradient_flows(monkeypatch):
     monkeypatch.setattr(t6, "MEMORY_BUDGET", 1_000_000)
     cfg = {"lengths": [1_000, 100_000], "repeats": {1_000: 1, 100_000: 1}}
-    rows = t6._bench("cpu", 1, ("blackbox_ap",), cfg, 0, 100_000)
+    rows = t6.time_lengths("cpu", 1, ("blackbox_ap",), cfg, 0, 100_000)
     assert rows[0]["skipped"] is None and rows[0]["median_s"] > 0
     assert "budget" in rows[1]["skipped"] and rows[1]["times_s"] == []
     ref, labels = t6.make_list(1_000, 0)

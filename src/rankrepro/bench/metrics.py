@@ -115,7 +115,7 @@ def _pml(x: torch.Tensor, labels: np.ndarray) -> dict:
             "R@1000": r["recall_at_1000"], "mAP@R": r["mean_average_precision_at_r"]}
 
 
-def _stage(stage: str, n: int, n_classes: int, n_super: int, dim: int, threads: int | None,
+def time_stage(stage: str, n: int, n_classes: int, n_super: int, dim: int, threads: int | None,
            device: str = "cpu") -> dict:
     """Run one stage on freshly generated data; returns seconds, values and peak memory (MiB: the
     process's max RSS on CPU, the GPU's peak allocation on CUDA)."""
@@ -197,7 +197,7 @@ def _cpu() -> float:
 def _run_isolated(args, timeout: float | None):
     ctx = mp.get_context("spawn")
     with ctx.Pool(1) as pool:
-        res = pool.apply_async(_stage, args)
+        res = pool.apply_async(time_stage, args)
         try:
             return res.get(timeout=timeout)
         except mp.TimeoutError:
@@ -229,7 +229,7 @@ def run(out_dir, shapes=SHAPES, dim: int = 512, stages=STAGES, isolate: bool = T
             if isolate:
                 r = _run_isolated(args, pml_timeout if stage == "pml" else None)
             else:
-                r = _stage(*args)
+                r = time_stage(*args)
             print(f"[bench metrics] {name} {stage}: {r['seconds']:.1f} s (load {r['load']:.1f})", flush=True)
             prev = best.get(stage)
             if prev is not None:

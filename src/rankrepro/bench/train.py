@@ -138,9 +138,40 @@ def write_profile(rows: list[dict], none_factor: float, gpu: str, profiles_dir: 
 REPLICA_OPTIONS = {"cpu": {"classes_per_super": 1, "image_size": 256}, "cuda": {"classes_per_super": 10, "image_size": 500}}
 
 
+def replicas(runs: list[dict], root: Path, kind: str) -> dict[str, Path]:
+    """A prepared replica of each ``bench_dataset`` of ``runs`` under ``root/<kind>/`` (``REPLICA_OPTIONS[kind]``):
+    dataset -> manifest folder."""
+    from rankrepro.bench.pipeline import replica_manifest
+
+    return {name: replica_manifest(name, root / kind / name, **REPLICA_OPTIONS[kind])
+            for name in sorted({r["bench_dataset"] for r in runs})}
+
+
+def is_resnet50_224(row_or_run: dict) -> bool:
+    """A case (or a row of :func:`measure`) of ResNet-50 at 224², the figure the goal and the fp32 factor use."""
+    crop = row_or_run["crop"] if "crop" in row_or_run else row_or_run["images"]["train_crop"]
+    return row_or_run.get("network", row_or_run.get("backbone")) == "resnet50" and crop == 224
+
+
+def fp32_factor(runs: list[dict], rows: list[dict], replicas: dict[str, Path], device: str, *, workers: int,
+                warmup: int, steps: int) -> float:
+    """ResNet-50 224²'s model step in fp32 (``amp: none``) over its fp16 one (``rows``' ``model_ips``): the factor
+    :func:`write_profile` gives the float32 tables."""
+    from rankrepro.bench.pipeline import TaskBench, bench_run
+
+    r50 = next(r for r in runs if is_resnet50_224(r))
+    bench = TaskBench(bench_run(r50, r50["setup_batch"], "none"), replicas[r50["bench_dataset"]], device,
+                      workers=workers)
+    try:
+        fp32 = bench.train(warmup, steps, synthetic=True)
+    finally:
+        bench.close()
+    return fp32 / next(r["model_ips"] for r in rows if is_resnet50_224(r))
+
+
 def run(out_dir="results/bench", device: str | None = None, cpu_steps: int = 2, config="config.yaml") -> dict:
     from rankrepro.bench import gpu_not_measured, write_record
-    from rankrepro.bench.pipeline import TaskBench, bench_run, machine, replica_manifest
+    from rankrepro.bench.pipeline import machine
     from rankrepro.plan.cost import PROFILES_DIR
 
     cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
@@ -149,31 +180,21 @@ def run(out_dir="results/bench", device: str | None = None, cpu_steps: int = 2, 
     runs = cases(config)
     record: dict = {"machine": machine(), "cases": len(runs)}
     with tempfile.TemporaryDirectory(prefix="rankrepro-bench-train-") as tmp:
-        def replicas(kind: str) -> dict[str, Path]:
-            return {name: replica_manifest(name, Path(tmp) / kind / name, **REPLICA_OPTIONS[kind])
-                    for name in sorted({r["bench_dataset"] for r in runs})}
-
-        record["cpu"] = measure("cpu", runs, replicas("cpu"), batch=CPU_BATCH, warmup=1, steps=cpu_steps, workers=0)
+        record["cpu"] = measure("cpu", runs, replicas(runs, Path(tmp), "cpu"), batch=CPU_BATCH, warmup=1,
+                                steps=cpu_steps, workers=0)
         if cuda:
-            gpu_replicas = replicas("cuda")
+            gpu_replicas = replicas(runs, Path(tmp), "cuda")
             workers = min(8, len(os.sched_getaffinity(0)))
             record["gpu"] = measure("cuda", runs, gpu_replicas, batch=None, warmup=5, steps=20, workers=workers)
-            r50 = next(r for r in runs if r["network"] == "resnet50" and r["images"]["train_crop"] == 224)
-            fp32_bench = TaskBench(bench_run(r50, r50["setup_batch"], "none"), gpu_replicas[r50["bench_dataset"]],
-                                   "cuda", workers=workers)
-            try:
-                fp32 = fp32_bench.train(5, 20, synthetic=True)
-            finally:
-                fp32_bench.close()
-            fp16 = next(r["model_ips"] for r in record["gpu"] if r["backbone"] == "resnet50" and r["crop"] == 224)
-            record["profile"] = str(write_profile(record["gpu"], fp32 / fp16, torch.cuda.get_device_name(0),
+            factor = fp32_factor(runs, record["gpu"], gpu_replicas, "cuda", workers=workers, warmup=5, steps=20)
+            record["profile"] = str(write_profile(record["gpu"], factor, torch.cuda.get_device_name(0),
                                                   PROFILES_DIR))
         else:
             record["gpu"] = gpu_not_measured()
     return write_record(out_dir, "train", record, render(record))
 
 
-def _rows(rows: list[dict]) -> list[str]:
+def table_rows(rows: list[dict]) -> list[str]:
     lines = ["| backbone | pooling | crop | batch (setup's) | full step img/s | model step img/s | full / model | "
              "inference img/s |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -200,7 +221,7 @@ def render(record: dict) -> str:
              (f"Batch {cpu[0]['batch']} instead of the setup's (in brackets), {cpu[0]['warmup']} warm-up and "
               f"{cpu[0]['steps']} timed steps, main-process loading (num_workers 0), the replicas' originals (SOP: 256 px), fp32: "
               "a comparison of networks on this machine, not a GPU forecast."), ""]
-    lines += _rows(cpu)
+    lines += table_rows(cpu)
     lines += ["", "## GPU", ""]
     if isinstance(record["gpu"], str):
         lines.append(record["gpu"] + ".")
@@ -209,8 +230,8 @@ def render(record: dict) -> str:
         lines += [(f"Device: {m['cuda']}; the setup's batch, {g[0]['warmup']} warm-up and {g[0]['steps']} timed "
                    f"steps, {g[0]['workers']} loader workers, 500 px originals, fp16 autocast, channels-last, "
                    f"cudnn.benchmark. Profile written: `{record['profile']}`."), ""]
-        lines += _rows(g)
-        r50 = next((r for r in g if r["backbone"] == "resnet50" and r["crop"] == 224), None)
+        lines += table_rows(g)
+        r50 = next((r for r in g if is_resnet50_224(r)), None)
         if r50:
             met = r50["full_ips"] >= GOAL_IPS and r50["full_ips"] >= GOAL_RATIO * r50["model_ips"]
             lines += ["", f"Goal ({m['cuda']}): ResNet-50 224² with loading {r50['full_ips']:.0f} images/s "

@@ -33,10 +33,11 @@ def cmd_bench(args) -> None:
 
 def add_bench(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks that write results/bench/<what>.md")
-    p.add_argument("what", choices=["losses", "metrics", "plan", "pipeline", "demo", "train", "eval"])
+    p.add_argument("what", choices=["losses", "metrics", "plan", "pipeline", "demo", "train", "eval", "gpu"])
     p.add_argument("--out", default="results/bench")
     p.add_argument("--device", help="cpu or cuda (metrics: default cpu, writes metrics-cuda.md on cuda; "
                    "losses: default every device present; pipeline: default cuda when present, "
                    "cpu skips the GPU rows; train: likewise, and on cuda writes profiles/throughput/<gpu>.yaml; "
-                   "eval: CPU rows always, GPU rows on cuda, default when present)")
+                   "eval: CPU rows always, GPU rows on cuda, default when present; gpu: full size on cuda (default when "
+                   "present, and its profile), tiny sizes on cpu)")
     p.set_defaults(func=cmd_bench)

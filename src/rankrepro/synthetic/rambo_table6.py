@@ -135,7 +135,7 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _bench(device: str, threads: int, methods, cfg, seed: int, max_length: int) -> list[dict]:
+def time_lengths(device: str, threads: int, methods, cfg, seed: int, max_length: int) -> list[dict]:
     """Rows {device, threads, method, length, median_s, min_s, times_s, peak_bytes, skipped}."""
     import torch
 
@@ -227,14 +227,14 @@ def rambo_table6(out_prefix: str, scale: str, seed: int) -> dict:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     try:
         torch.set_num_threads(1)
-        rows = _bench("cpu", 1, METHODS, cfg, seed, max(lengths))
+        rows = time_lengths("cpu", 1, METHODS, cfg, seed, max(lengths))
         profile_rows = _profile(cfg["profile_length"], seed)
         torch.set_num_threads(cores)
         if cores > 1:
-            rows += _bench("cpu", cores, ("blackbox_ap",), cfg, seed, cfg["all_cores_max"])
+            rows += time_lengths("cpu", cores, ("blackbox_ap",), cfg, seed, cfg["all_cores_max"])
         gpu = torch.cuda.is_available()
         if gpu:
-            rows += _bench("cuda", cores, METHODS, cfg, seed, max(lengths))
+            rows += time_lengths("cuda", cores, METHODS, cfg, seed, max(lengths))
     finally:
         torch.set_num_threads(threads0)
     gpu_name = torch.cuda.get_device_name(0) if gpu else None
