@@ -122,6 +122,26 @@ def test_nan_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(tmp_path, ma
     assert state["epoch"] == 0 and not (tmp_path / "model.pt").exists()
 
 
+def test_a_step_reads_its_loss_from_the_device_once(tmp_path, manifest_dir, monkeypatch):
+    """One host sync per step (``loss.item()`` before the backward pass), not three (``isfinite`` tested, then two
+    ``item()`` after the optimizer step, which wait for the backward pass and the step)."""
+    reads = {"item": 0, "bool": 0}
+    item, boolean = torch.Tensor.item, torch.Tensor.__bool__
+
+    def counted(name, method):
+        def read(self, *args):
+            if self.dim() == 0 and self.requires_grad:  # the loss (a 0-d tensor in the graph)
+                reads[name] += 1
+            return method(self, *args)
+        return read
+
+    monkeypatch.setattr(torch.Tensor, "item", counted("item", item))
+    monkeypatch.setattr(torch.Tensor, "__bool__", counted("bool", boolean))
+    run = tiny_run(epochs=1, max_batches_per_epoch=3)
+    train(run, manifest_dir, tmp_path, run_id="s", progress=True)
+    assert reads == {"item": 3, "bool": 0}
+
+
 def test_evaluate_writes_metrics(tmp_path, manifest_dir):
     run = tiny_run(epochs=1)
     model = train(run, manifest_dir, tmp_path, run_id="e", progress=False)

@@ -11,7 +11,9 @@ The loop does what every task shares; the task gives its parts, its batches and 
   ``warmup_step`` and ``warmup_keys``);
 - the backward pass through the AMP scaler of the run's ``amp`` (CUDA), ``grad_clip`` (the global gradient norm
   of the optimizers' parameters, unscaled first), the optimizer step; a non-finite loss stops the run naming its
-  last good checkpoint (:class:`NonFiniteLossError`);
+  last good checkpoint (:class:`NonFiniteLossError`). A step reads its loss from the device once, before the
+  backward pass is queued (the check, the epoch's mean and the progress bar share that value), so the device
+  runs the backward pass and the optimizer step while the host fetches the next batch;
 - ``checkpoint.pt`` (:mod:`rankrepro.engine.checkpoint`: model, loss, optimizer, schedule, scaler, history, the
   position inside the epoch, every RNG and the task's own state) after every epoch, every
   ``runtime.checkpoint_minutes`` inside one and on SIGTERM (:mod:`rankrepro.engine.preemption`; then
@@ -30,6 +32,7 @@ never the run's.
 
 from __future__ import annotations
 
+import math
 import random
 import sys
 import time
@@ -150,13 +153,14 @@ def train(run: dict, manifest_dir: str | Path, out_dir: str | Path, settings: Jo
                        total=min(len(sampler), cap) if cap else len(sampler))
             for batch in bar:
                 loss, images = task.step(batch)
-                if not torch.isfinite(loss):
+                value = loss.item()  # the step's one host sync: before the backward pass is queued, not after it
+                if not math.isfinite(value):
                     kept = f"the last good checkpoint is {ckpt_path}" if ckpt_path.exists() else "no checkpoint yet"
-                    raise NonFiniteLossError(f"run {run_id}: loss became {loss.item()} at epoch {epoch + 1}, "
+                    raise NonFiniteLossError(f"run {run_id}: loss became {value} at epoch {epoch + 1}, "
                                              f"step {position.batches}; {kept}")
                 optimise(loss, optimizer, scaler, run.get("grad_clip"))
-                position.add(images, loss.item())
-                bar.set_postfix(loss=f"{loss.item():.4f}")
+                position.add(images, value)
+                bar.set_postfix(loss=f"{value:.4f}")
                 if cap and position.batches >= cap:
                     break
                 if stop.requested or timer.due():
