@@ -14,6 +14,12 @@ the embedding losses' callers iterate over), ``names(task=None)`` every loss, ``
 the task of one; the catalog records a declared task (``"task"`` in the loss's entry; absent:
 retrieval).
 
+The labels a loss needs: a loss class may declare ``hierarchical = True`` (it needs labels of two
+levels or more, [B, L] finest first: H-AP, NDCG, the sums over levels, CSL); a :func:`compose` builder
+declares it when one of its parts does. The catalog records it (``"hierarchical": true`` in the loss's
+entry; absent: one level is enough), so a leaderboard offers such a loss only on a dataset with
+hierarchical labels (:mod:`rankrepro.tables.kinds.leaderboard`).
+
 The data sizes a loss may need (``num_classes``, ``num_classes_per_level``,
 ``embedding_size``) are the registry's *context*: not hyper-parameters of a run, passed by
 the caller through ``build(..., context={...})`` and given only to the losses whose
@@ -168,6 +174,8 @@ def compose(name: str, module: str, make, *parts, doc: str | None = None, fixed:
         return make({**bound.arguments, **fixed})
 
     builder.__signature__ = signature
+    if any(getattr(part, "hierarchical", False) for part in parts):  # the labels a part needs (module docstring)
+        builder.hierarchical = True
     builder.__name__ = builder.__qualname__ = name
     builder.__module__ = module
     builder.__doc__ = doc
