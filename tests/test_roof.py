@@ -230,15 +230,18 @@ def test_the_page_ranks_the_losses_by_mean_over_seeds(tmp_path):
             continue
         for seed, rid in enumerate(cell["run_ids"]):
             (tmp_path / "runs" / rid).mkdir(parents=True, exist_ok=True)
+            best = {"epoch": 20, "select_by": "R@1", "source": "curve",
+                    "metrics": {"R@1": r1[method][seed] + 0.1, "mAP@R": 0.3}}  # best on test: shown, not ranked on
             (tmp_path / "runs" / rid / "metrics.json").write_text(json.dumps(
-                {"replica": True, "metrics": {"R@1": r1[method][seed], "mAP@R": 0.3}}))
+                {"replica": True, "select": "last", "best_test": best,
+                 "metrics": {"R@1": r1[method][seed], "mAP@R": 0.3}}))
     for cell in table["cells"]:  # unfinished losses: no number, no rank
         if names[cell["row"]] not in r1:
             cell["run_ids"] = []
     render(table, tmp_path / "runs", tmp_path / "out" / "cub")
     md = (tmp_path / "out" / "cub.md").read_text()
     body = [ln for ln in md.splitlines() if ln.startswith("| ") and "Rank" not in ln]
-    assert body[0].startswith("| 1 | sup_ap | 62.0 ± 2.0 | 30.0 ± 0.0 |")
+    assert body[0] == "| 1 | sup_ap | 62.0 ± 2.0 | 30.0 ± 0.0 | 72.0 ± 2.0 | 30.0 ± 0.0 |"
     assert body[1].startswith("| 2 | triplet | 52.0 ± 2.0 |")
     assert body[2].startswith("| — | angular | — |")
     assert "Replica data" in md

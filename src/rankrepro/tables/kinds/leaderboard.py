@@ -26,7 +26,7 @@ the seeds of the epoch ``eval.select`` chooses, the last by default; ``std`` the
 entry's ``rank``: the rank of its row by the first metric's ours (standard competition ranking, 1 = best;
 empty without a number); ``paper`` is empty (the losses' paper-reported numbers are not transcribed yet).
 ``<prefix>.md`` is the leaderboard, best first: rank, loss, ours ± std per metric and the best-on-test numbers
-beside them; ``<prefix>.tex`` a runs table's LaTeX.
+beside them where a test curve found a better epoch; ``<prefix>.tex`` a runs table's LaTeX.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from rankrepro.plan.setups import check_per_loss, setup_layers
 from rankrepro.tables.formats import markdown_page, numbers_csv, write_outputs
 from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import REPLICA_NOTE, KindPlan
-from rankrepro.tables.kinds.runs import (RunsTable, _number, cell_values, selection_note, table_rows, to_latex)
+from rankrepro.tables.kinds.runs import (RunsTable, _number, cell_values, other_column, selection_note, table_rows,
+                                         to_latex)
 
 __all__ = ["DEFAULT_SEEDS", "LeaderboardTable", "hierarchical_dataset", "loss_rows", "metric_columns", "rank_rows",
            "supports"]
@@ -92,11 +93,11 @@ def rank_rows(rows: list[dict], ncol: int) -> None:
 
 def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
     """The leaderboard page: rows by rank (rows without a number last, by name), ours ± std per metric, the
-    best-on-test numbers beside them (never ranked on)."""
+    best-on-test numbers beside them where some differ from the last epoch's (never ranked on)."""
     ncol = len(spec["metrics"])
     by_row = [rows[i:i + ncol] for i in range(0, len(rows), ncol)]
     by_row.sort(key=lambda entries: (entries[0]["rank"] is None, entries[0]["rank"] or 0, entries[0]["method"]))
-    best = any(e["best"] is not None for e in rows)
+    best = other_column(rows) == "best"  # where some cell's best epoch on the test set is not its last
     header = (["Rank", "Loss"] + [m["header"] for m in spec["metrics"]]
               + ([f"{m['header']} (best on test)" for m in spec["metrics"]] if best else []))
     cells = [[str(entries[0]["rank"] or "—"), entries[0]["method"]]
