@@ -472,3 +472,15 @@ def test_no_triplet_is_zero_and_attached():
         out = build("triplet", **kw)(e, torch.arange(5))
         assert out.item() == 0.0 and out.requires_grad
         out.backward()
+
+
+def test_multi_similarity_builds_with_its_own_base_hyper_parameter():
+    """MS's ``base`` (lambda of the MS paper, 0.5) is a hyper-parameter like any other: it reaches the loss, not the
+    base-loss slot of ``build`` (a run of it with every default pinned, as the plan writes it, trained nowhere)."""
+    from rankrepro import losses
+    from rankrepro.engine.tasks.retrieval import build_loss
+
+    assert losses.build("multi_similarity", base=0.7).base == 0.7
+    block = {"name": "multi_similarity", "memory": None, **losses.defaults("multi_similarity")}
+    loss = build_loss(block, torch.tensor([[0], [0], [1], [1]]).numpy(), 4)
+    assert loss.base == 0.5 and loss.loss.base == 0.5

@@ -153,6 +153,8 @@ def table_spec(paper: str, table: str) -> dict:
     spec = load_spec(paper, table)
     if spec.get("kind") == "sweep":
         pytest.skip("a sweep's points are figure readings: tests/test_sweeps.py checks them")
+    if spec.get("kind") == "leaderboard":
+        pytest.skip("a leaderboard is a table of our own (issue 36): no paper numbers; tests/test_roof.py")
     return spec
 
 

@@ -22,6 +22,9 @@ def test_every_spec_loads_and_has_one_number_per_column():
     assert ("suprank", "table1") in spec_names()
     for paper, table in spec_names():
         spec = load_spec(paper, table)
+        if spec.get("kind") == "leaderboard":  # rows from the loss registry, added when planned (tests/test_roof.py)
+            assert spec["setup"] and spec["metrics"] and "rows" not in spec
+            continue
         assert spec["rows"] and spec["columns"]
 
 

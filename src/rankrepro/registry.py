@@ -269,15 +269,24 @@ class Entry:
         model and loss), None when it declares none (e.g. the retrieval components)."""
         return getattr(self.builder, "task", None)
 
+    @property
+    def hierarchical(self) -> bool:
+        """The builder declares ``hierarchical = True``: it needs labels of two levels or more ([B, L], L >= 2,
+        finest first) to be what it is (a hierarchical loss: H-AP, NDCG, a sum over levels); False when it
+        declares nothing."""
+        return bool(getattr(self.builder, "hierarchical", False))
+
     def as_json(self) -> dict:
         """The entry as the catalog stores it: target, fixed keywords (a function as its
-        ``module:qualname``), parameters, accepts_any, ``task`` when the builder declares one, and ``facts``
-        when the builder declares facts with an ``as_json`` (a task's :class:`~rankrepro.record.tasks.TaskFacts`)."""
+        ``module:qualname``), parameters, accepts_any, ``task`` when the builder declares one, ``hierarchical``
+        (true) when it declares it (:attr:`hierarchical`), and ``facts`` when the builder declares facts with an ``as_json`` (a task's :class:`~rankrepro.record.tasks.TaskFacts`)."""
         fixed = {k: f"{v.__module__}:{v.__qualname__}" if callable(v) else v for k, v in self.fixed.items()}
         out = {"target": self.target, "fixed": fixed, "accepts_any": self.accepts_any,
                "parameters": {k: p.as_json() for k, p in self.parameters().items()}}
         if self.task is not None:
             out["task"] = self.task
+        if self.hierarchical:
+            out["hierarchical"] = True
         facts = getattr(self.builder, "facts", None)
         if hasattr(facts, "as_json"):
             out["facts"] = facts.as_json()

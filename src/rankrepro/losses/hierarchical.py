@@ -46,6 +46,8 @@ def _check_levels(levels, num_levels=None):
 
 
 class _LevelSum(nn.Module):
+    hierarchical = True  # a sum over levels: one level is its base loss alone (losses.registry)
+
     def _reduce(self, values):
         total = torch.stack(values).sum()
         return total / len(values) if self.reduction == "mean" else total

@@ -14,6 +14,12 @@ the embedding losses' callers iterate over), ``names(task=None)`` every loss, ``
 the task of one; the catalog records a declared task (``"task"`` in the loss's entry; absent:
 retrieval).
 
+The labels a loss needs: a loss class may declare ``hierarchical = True`` (it needs labels of two
+levels or more, [B, L] finest first: H-AP, NDCG, the sums over levels, CSL); a :func:`compose` builder
+declares it when one of its parts does. The catalog records it (``"hierarchical": true`` in the loss's
+entry; absent: one level is enough), so a leaderboard offers such a loss only on a dataset with
+hierarchical labels (:mod:`rankrepro.tables.kinds.leaderboard`).
+
 The data sizes a loss may need (``num_classes``, ``num_classes_per_level``,
 ``embedding_size``) are the registry's *context*: not hyper-parameters of a run, passed by
 the caller through ``build(..., context={...})`` and given only to the losses whose
@@ -87,14 +93,15 @@ def data_context(num_classes_per_level, embedding_size: int) -> dict:
     return {"num_classes": counts[0], "num_classes_per_level": counts, "embedding_size": int(embedding_size)}
 
 
-def build(name: str, memory: dict | None = None, context: dict | None = None, base: dict | None = None,
+def build(name: str, memory: dict | None = None, context: dict | None = None, base_loss: dict | None = None,
           **hparams) -> torch.nn.Module:
     """Instantiate the loss registered as ``name`` with keyword hyper-parameters.
 
     ``memory`` (``{"size": N, "warmup_epochs": E}``) wraps it in a cross-batch memory
-    (:class:`rankrepro.losses.memory.MemoryLoss`). ``base`` (a loss block ``{"name", **hparams}``,
-    built with the same ``context``) is added to it (:class:`rankrepro.losses.combined.WithBase`: the
-    face networks' own classification loss kept under an appended one). ``context``: the training set's sizes
+    (:class:`rankrepro.losses.memory.MemoryLoss`). ``base_loss`` (a loss block ``{"name", **hparams}``, the run's
+    ``base_loss``, built with the same ``context``) is added to it (:class:`rankrepro.losses.combined.WithBase`: the
+    face networks' own classification loss kept under an appended one; named as the run's key so that no loss's
+    own hyper-parameter is taken for it: multi-similarity's ``base``). ``context``: the training set's sizes
     (``num_classes``, ``num_classes_per_level``, ``embedding_size``), passed only to the
     losses whose signature takes them (sizes given as keywords, ``build("csl",
     num_classes_per_level=[...], embedding_size=...)``, are taken as context too). Unknown or
@@ -123,10 +130,10 @@ def build(name: str, memory: dict | None = None, context: dict | None = None, ba
         from .memory import MemoryLoss
 
         loss = MemoryLoss(loss, **memory)
-    if base is not None:
+    if base_loss is not None:
         from .combined import WithBase
 
-        loss = WithBase(loss, build(**base, context=context))
+        loss = WithBase(loss, build(**base_loss, context=context))
     return loss
 
 
@@ -168,6 +175,8 @@ def compose(name: str, module: str, make, *parts, doc: str | None = None, fixed:
         return make({**bound.arguments, **fixed})
 
     builder.__signature__ = signature
+    if any(getattr(part, "hierarchical", False) for part in parts):  # the labels a part needs (module docstring)
+        builder.hierarchical = True
     builder.__name__ = builder.__qualname__ = name
     builder.__module__ = module
     builder.__doc__ = doc

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankrepro.hgldv2.prompt import check_prompt
+from rankrepro.plan.benchmarks import with_benchmarks
 from rankrepro.plan.model import Plan, TablePlan, run_record
 from rankrepro.plan.planner import Planner
 from rankrepro.plan.schema import (SCHEMA_DIR, PlanError, fill_schema_defaults, load_schema, schema_error_text,
@@ -186,10 +187,12 @@ def validate_config(config: dict) -> None:
 
 def plan_from_config(config: dict) -> dict:
     """:func:`make_plan` of a configuration (``config.yaml`` with its profile and ``--config`` merged in)
-    after :func:`validate_config` (which fills its defaults in place), with the checked ``hgldv2`` block
+    after :func:`validate_config` (which fills its defaults in place), its ``tables`` with those its ``benchmarks``
+    turn on (:func:`rankrepro.plan.benchmarks.with_benchmarks`), with the checked ``hgldv2`` block
     (:func:`plan_hgldv2`). The Snakefile and ``python -m rankrepro plan`` both plan through it."""
     validate_config(config)
-    plan = make_plan(config.get("tables") or {}, config.get("run_overrides") or {}, config.get("datasets") or {},
+    tables = with_benchmarks(config.get("tables") or {}, config.get("benchmarks"), config.get("specs_dir"))
+    plan = make_plan(tables, config.get("run_overrides") or {}, config.get("datasets") or {},
                      specs_dir=config.get("specs_dir"), setups_dir=config.get("setups_dir"),
                      synthetic=config.get("synthetic"), seeds=config.get("seeds"), variants=config.get("variants"))
     plan["hgldv2"] = plan_hgldv2(config.get("hgldv2"), plan["datasets"])

@@ -40,7 +40,8 @@ A run's estimate is training plus evaluation on one GPU of a kind (``--gpu``, de
 A table's figure sums its runs; a run shared by several tables counts in each table's figure, but once in its
 paper's and once in the total. Variant rows (config ``variants``, :mod:`rankrepro.plan.variants`) are in these
 figures, and each table and the total also give apart the GPU-hours of the runs only variant rows need
-(:func:`variant_runs`).
+(:func:`variant_runs`). A leaderboard (config ``benchmarks``, :mod:`rankrepro.tables.kinds.leaderboard`) is
+also given per seed count, one and three seeds (:func:`leaderboard_cost`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from rankrepro.io import load_yaml
 from rankrepro.messages import ShortMessage
 from rankrepro.plan.epochs import epoch_images
 from rankrepro.plan.model import Plan
+from rankrepro.tables.kinds import spec_kind
 
 __all__ = ["PROFILES_DIR", "PRECISION_SUFFIX", "ProfileError", "load_profile", "images_per_s", "split_images",
            "train_class_sizes", "ClassSizes", "run_cost", "plan_cost", "to_text"]
@@ -363,8 +365,28 @@ def plan_cost(plan: Plan | dict, gpu: str = "h100", results: str | Path = "resul
     papers = {paper: {**_sum(runs, [r for k in plan.tables_of_paper(paper) for r in plan.runs_of(k)]),
                       "tables": plan.tables_of_paper(paper)} for paper in plan.papers()}
     return {"gpu": profile.get("gpu", gpu), "profile": profile["path"], "measured": bool(profile["measured"]),
-            "runs": runs, "tables": tables, "papers": papers,
+            "runs": runs, "tables": tables, "papers": papers, "leaderboards": leaderboard_cost(plan, tables),
             "total": {**_sum(runs, plan.runs), "variants": _sum(runs, [r for r in plan.runs if r in variant_only])}}
+
+
+#: the seed counts a leaderboard's GPU-hours are given for (one seed: a first look; three: the default)
+LEADERBOARD_SEEDS = (1, 3)
+
+
+def leaderboard_cost(plan: Plan, tables: dict[str, dict]) -> dict[str, dict]:
+    """Per leaderboard table (a kind that ``costs_per_seed``: :mod:`rankrepro.tables.kinds.leaderboard`; ``tables``:
+    :func:`plan_cost`'s entries):
+    its planned ``seeds`` count, ``per_seed`` (its GPU-hours over that count: one run per row and seed, the seed
+    changing no image count) and ``by_seeds`` ({n: GPU-hours with n seeds} for :data:`LEADERBOARD_SEEDS`)."""
+    out = {}
+    for key, table in plan.tables.items():
+        if spec_kind(table.spec).costs_per_seed:
+            seeds = len(table.spec["seeds"])
+            per_seed = tables[key]["gpu_h"] / seeds
+            out[key] = {"seeds": seeds, "per_seed": per_seed, "rows": len(table.spec["rows"]),
+                        "not_estimated": tables[key]["not_estimated"],
+                        "by_seeds": {n: n * per_seed for n in LEADERBOARD_SEEDS}}
+    return out
 
 
 def variant_runs(plan: Plan) -> set[str]:
@@ -423,6 +445,13 @@ def to_text(cost: dict, per_run: bool = False) -> str:
             figure = _h(e["gpu_h"]) if e["runs"] > e["not_estimated"] else "-"
             lines.append(f"  {key.split('/', 1)[1]:<12} {figure:>8} GPU-h  {e['runs']:>3} runs"
                          + (f" ({', '.join(extra)})" if extra else "") + f"  {e['title']}")
+    if cost.get("leaderboards"):
+        lines += ["", "leaderboards (GPU-h by seeds per dataset; config seeds.<table> sets a table's seeds):"]
+        for key, e in cost["leaderboards"].items():
+            lines.append(f"  {key:<16} " + "  ".join(f"{n} seed{'s' * (n > 1)}: {_h(h):>8} GPU-h"
+                                                     for n, h in e["by_seeds"].items())
+                         + f"  ({e['rows']} losses, planned with {e['seeds']}"
+                         + (f"; {e['not_estimated']} runs not estimated" if e["not_estimated"] else "") + ")")
     if per_run:
         lines += ["", "run | backbone | crop | amp | epochs | train images | images per epoch | eval images | GPU-h | "
                   "counts from"]

@@ -110,11 +110,15 @@ def apply_per_loss(layers: list[tuple[str, dict]], after: int, losses) -> list[t
     trains, whatever the layers named before it. An entry's ``loss`` block carries the name, so a later block
     naming the same loss merges into it key by key: only a key that a spec block or the overrides set for the
     run's loss itself (or a block of another component, ``optimizer: {name: adamw}``, set whole) wins over an
-    entry. :class:`PlanError` naming the layer when one of its entries names a loss not in ``losses`` (the
-    catalog's)."""
+    entry. A layer whose ``per_loss`` is null drops the entries of the layers before it (a setup that keeps its
+    parent's recipe and not its per-loss settings: the leaderboards' ``roof_*`` setups). :class:`PlanError` naming
+    the layer when one of its entries names a loss not in ``losses`` (the catalog's)."""
     name = _loss_name(layers)
     entries = []
     for label, data in layers:
+        if PER_LOSS in (data or {}) and data[PER_LOSS] is None:  # ``per_loss: null``: the entries above are dropped
+            entries = []
+            continue
         per_loss = (data or {}).get(PER_LOSS) or {}
         unknown = sorted(set(per_loss) - set(losses))
         if unknown:

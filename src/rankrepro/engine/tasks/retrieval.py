@@ -49,7 +49,7 @@ def build_loss(block: dict, labels: np.ndarray, embed_dim: int, base: dict | Non
     ``base_loss`` block (``base``; None: none) added, given the training set's sizes as context when a
     signature asks for them: ``num_classes`` (finest level), ``num_classes_per_level`` (finest first) and
     ``embedding_size`` (proxy-based losses)."""
-    return losses.build(**block, base=base, context=data_context(labels.max(axis=0) + 1, embed_dim))
+    return losses.build(**block, base_loss=base, context=data_context(labels.max(axis=0) + 1, embed_dim))
 
 
 @TASKS.register("retrieval")

@@ -3,7 +3,8 @@
 
 A spec's ``kind`` (default ``runs``) names what its cells are computed from: ``runs`` (trained
 runs' metrics), ``dataset_statistics`` (dataset manifests), ``sweep`` (a figure sweeping one run
-setting), ``static`` (the paper's text, nothing to reproduce). Its kind checks the spec, plans
+setting), ``static`` (the paper's text, nothing to reproduce), ``leaderboard`` (a table of our own: every
+registered retrieval loss on one dataset, its rows from the loss registry). Its kind checks the spec, plans
 it, says what it reads, renders it and gives its entry in the results index. This module is the
 one place that reads a spec's ``kind``. Adding a kind: a module here with a ``TableKind``
 subclass decorated ``@TABLE_KINDS.register("<name>")`` (and the name in the table schema's

@@ -106,6 +106,8 @@ class TableKind:
     records_spec_file = True
     #: the CSV column naming a row in the HTML page
     row_name_key = "method"
+    #: ``cost`` gives its GPU-hours per seed count too (:func:`rankrepro.plan.cost.leaderboard_cost`)
+    costs_per_seed = False
 
     # ------------------------------------------------------------------------- spec and plan
 

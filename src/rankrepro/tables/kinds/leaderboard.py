@@ -1,0 +1,146 @@
+"""``kind: leaderboard``: every registered retrieval loss on one dataset, one recipe, seeds (issue 36, "under one roof").
+
+A leaderboard spec (``specs/roof/<dataset>.yaml``) names a ``setup`` (the dataset's recipe, identical for every
+loss: ``plan/setups/roof.yaml``), its ``metrics`` (one column each; the first ranks the rows), ``seeds``
+(:data:`DEFAULT_SEEDS` when it lists none; the config's ``seeds`` replace them) and an optional ``per_loss``
+block (``{loss: partial run}``: what a loss needs beyond its registered defaults, merged after the setup).
+It writes no rows: :meth:`LeaderboardTable.plan` adds them from the planner's catalog and then plans the spec
+as a runs table (:class:`~rankrepro.tables.kinds.runs.RunsTable`: the same run ids, seeds, layers and cells):
+
+- **rows** (:func:`loss_rows`): one per registered loss, sorted by name, whose task is retrieval (the catalog's
+  ``task``: the detector's loss is not) and whose labels the dataset has: a loss declaring ``hierarchical``
+  (:mod:`rankrepro.losses.registry`) only where the dataset declares two label levels or more (its facts'
+  ``levels``). A newly registered loss is a new row once the catalog records it; each row's loss block is its
+  name alone, so its hyper-parameters are its registered defaults (filled by the planner) and the data sizes
+  its builder takes (class counts) come from the training set;
+- **columns** (:func:`metric_columns`): one per metric, all of the setup, the spec's ``per_loss`` in their
+  ``run`` block (the same block in every column: a row's columns share its runs).
+
+The expanded spec (``rows``, ``columns``, ``seeds``) is what the table's plan records, so the later pages (the
+significance tests, the summary across datasets, the plot) read the plan's cells as a runs table's: cell
+(row, column) = the row's loss, the column's metric, ``run_ids`` one per seed.
+
+Rendered (:meth:`LeaderboardTable.render`): ``<prefix>.csv`` holds a runs table's entries (ours = mean over
+the seeds of the epoch ``eval.select`` chooses, the last by default; ``std`` the sample standard deviation;
+``last``/``best``: the last epoch's and the best epoch's on the test set, shown, never ranked on) with each
+entry's ``rank``: the rank of its row by the first metric's ours (standard competition ranking, 1 = best;
+empty without a number); ``paper`` is empty (the losses' paper-reported numbers are not transcribed yet).
+``<prefix>.md`` is the leaderboard, best first: rank, loss, ours ± std per metric and the best-on-test numbers
+beside them where a test curve found a better epoch; ``<prefix>.tex`` a runs table's LaTeX.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rankrepro.plan.merge import merge_layers
+from rankrepro.plan.schema import PlanError
+from rankrepro.plan.setups import check_per_loss, setup_layers
+from rankrepro.tables.formats import markdown_page, numbers_csv, write_outputs
+from rankrepro.tables.kinds import TABLE_KINDS
+from rankrepro.tables.kinds.base import REPLICA_NOTE, KindPlan
+from rankrepro.tables.kinds.runs import (RunsTable, _number, cell_values, other_column, selection_note, table_rows,
+                                         to_latex)
+
+__all__ = ["DEFAULT_SEEDS", "LeaderboardTable", "hierarchical_dataset", "loss_rows", "metric_columns", "rank_rows",
+           "supports"]
+
+#: the seeds of a leaderboard whose spec lists none [our choice: three restarts, as RaMBO reports; the config's
+#: ``seeds`` replace them]
+DEFAULT_SEEDS = (0, 1, 2)
+#: the catalog's task of a loss that declares none (:data:`rankrepro.losses.registry.RETRIEVAL`, without torch)
+RETRIEVAL = "retrieval"
+
+
+def hierarchical_dataset(facts: dict) -> bool:
+    """Whether a dataset (its catalog ``facts``) has hierarchical labels: two levels or more."""
+    return len(facts["levels"]) >= 2
+
+
+def supports(loss: dict, facts: dict) -> bool:
+    """Whether a loss (its catalog entry) trains on a dataset (its facts): a retrieval loss, and one declaring
+    ``hierarchical`` only where the dataset's labels have several levels."""
+    return loss.get("task", RETRIEVAL) == RETRIEVAL and (not loss.get("hierarchical") or hierarchical_dataset(facts))
+
+
+def loss_rows(catalog: dict, dataset: str, ncol: int) -> list[dict]:
+    """The rows of ``dataset``'s leaderboard: every loss of the catalog it supports (:func:`supports`), sorted,
+    each ``{"method", "loss": {"name"}, "paper"}`` (``paper``: ``ncol`` nulls)."""
+    facts = catalog["dataset"][dataset]["facts"]
+    return [{"method": name, "loss": {"name": name}, "paper": [None] * ncol}
+            for name, entry in sorted(catalog["loss"].items()) if supports(entry, facts)]
+
+
+def metric_columns(spec: dict, group: str) -> list[dict]:
+    """A runs table's columns of a leaderboard spec: one per metric, of its setup, the spec's ``per_loss`` in their
+    ``run`` block; ``group``: the dataset's title."""
+    run = {"per_loss": spec["per_loss"]} if spec.get("per_loss") else {}
+    return [{"key": re.sub(r"[^a-z0-9]+", "_", m["metric"].lower()).strip("_"), "group": group,
+             "header": m["header"], "setup": spec["setup"], "metric": m["metric"], "run": run}
+            for m in spec["metrics"]]
+
+
+def rank_rows(rows: list[dict], ncol: int) -> None:
+    """Add ``rank`` to every entry of ``rows`` (a runs table's, :func:`~rankrepro.tables.kinds.runs.table_rows`):
+    its row's rank by the first column's ours, higher first, standard competition ranking (ties share a rank, the
+    next rank skips: 1, 2, 2, 4); None for a row without a number."""
+    firsts = [rows[i]["ours"] for i in range(0, len(rows), ncol)]
+    for r, value in enumerate(firsts):
+        rank = None if value is None else 1 + sum(other is not None and other > value for other in firsts)
+        for entry in rows[r * ncol:(r + 1) * ncol]:
+            entry["rank"] = rank
+
+
+def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
+    """The leaderboard page: rows by rank (rows without a number last, by name), ours ± std per metric, the
+    best-on-test numbers beside them where some differ from the last epoch's (never ranked on)."""
+    ncol = len(spec["metrics"])
+    by_row = [rows[i:i + ncol] for i in range(0, len(rows), ncol)]
+    by_row.sort(key=lambda entries: (entries[0]["rank"] is None, entries[0]["rank"] or 0, entries[0]["method"]))
+    best = other_column(rows) == "best"  # where some cell's best epoch on the test set is not its last
+    header = (["Rank", "Loss"] + [m["header"] for m in spec["metrics"]]
+              + ([f"{m['header']} (best on test)" for m in spec["metrics"]] if best else []))
+    cells = [[str(entries[0]["rank"] or "—"), entries[0]["method"]]
+             + [_number(e["ours"], e["std"], e["decimals"]) for e in entries]
+             + ([_number(e["best"], e["best_std"], e["decimals"]) for e in entries] if best else [])
+             for entries in by_row]
+    intro = (f"Source: {spec['source']}. Every registered retrieval loss the dataset's labels support, one recipe "
+             f"(setup `{spec['setup']}`), seeds {', '.join(map(str, spec['seeds']))}; ranked by "
+             f"{spec['metrics'][0]['header']}; — = no run yet. " + selection_note(rows)).rstrip()
+    notes = sorted({e["status"] for e in rows if e["status"] not in ("ours", "cited", "missing")})
+    return markdown_page(spec, intro, REPLICA_NOTE if replica else None, header, cells, notes)
+
+
+@TABLE_KINDS.register("leaderboard")
+class LeaderboardTable(RunsTable):
+    """A leaderboard (module docstring): a runs table whose rows come from the catalog."""
+
+    records_spec_file = True
+    costs_per_seed = True
+
+    def check(self, spec: dict, where: str, schemas) -> None:
+        check_per_loss(spec, schemas, where)
+
+    def plan(self, spec: dict, planner) -> KindPlan:
+        """Add the spec's ``rows``, ``columns`` and ``seeds`` (module docstring), then plan it as a runs table."""
+        where = spec.get("_file", f"{spec['paper']}/{spec['table']}")
+        if spec["setup"] not in planner.setups:
+            raise PlanError(f"{where}: setup: unknown setup {spec['setup']!r}; known: "
+                            f"{', '.join(sorted(planner.setups))}")
+        check_per_loss(spec, planner.schemas, where, losses=planner.catalog["loss"])
+        dataset = merge_layers(setup_layers(spec["setup"], planner.setups))[0].get("dataset")
+        if dataset not in planner.catalog["dataset"]:
+            raise PlanError(f"{where}: setup: {spec['setup']!r} names no registered dataset ({dataset!r})")
+        spec["seeds"] = list(spec.get("seeds") or DEFAULT_SEEDS)
+        spec["columns"] = metric_columns(spec, planner.catalog["dataset"][dataset]["facts"]["title"])
+        spec["rows"] = loss_rows(planner.catalog, dataset, len(spec["columns"]))
+        return super().plan(spec, planner)
+
+    def render(self, table, runs_dir, out_prefix, manifests_dir=None) -> list[dict]:
+        spec, cells = table.spec, table.cells
+        values, replica = cell_values(cells, runs_dir, spec)
+        rows = table_rows(spec, cells, values)
+        rank_rows(rows, len(spec["columns"]))
+        write_outputs(out_prefix, to_markdown(spec, rows, replica), numbers_csv(rows, replica),
+                      to_latex(spec, rows, replica))
+        return rows
