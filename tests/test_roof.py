@@ -110,8 +110,10 @@ def test_every_loss_trains_on_the_same_recipe_with_its_defaults():
     assert roadmap["loss"]["memory"] is None  # suprank_cub's ROADMAP memory is its Table IV row's, not the recipe
     sup_ap = _runs_of(plan, "roof/inat_base", "sup_ap")[0]
     assert (sup_ap["loss"]["start"], sup_ap["loss"]["offset"]) == (0.5, 1.44)  # registered defaults, not iNat's 0 / 1
-    head = sup_ap["optimizer"]["groups"]["head"]
-    assert _runs_of(plan, "roof/inat_base", "roadmap")[0]["optimizer"]["groups"]["loss"]["lr"] == head["lr"]
+    for key in ("roof/cub", "roof/inat_base"):  # the proxies' one rule: SupRank's proxy Adam, on every dataset
+        proxies = _runs_of(plan, key, "normalized_softmax")[0]["optimizer"]["groups"]["loss"]
+        assert {k: proxies[k] for k in ("optimizer", "lr", "weight_decay", "lr_min")} == {
+            "optimizer": "adam", "lr": 10.0, "weight_decay": 0.0, "lr_min": 0.1}
     for key in ("roof/cub", "roof/inat_base"):
         recipes = {json.dumps({k: v for k, v in run.items() if k not in ("loss", "seed")}, sort_keys=True)
                    for run in plan["runs"].values() if run["dataset"] == key.split("/")[1]}
