@@ -15,9 +15,10 @@ from rankrepro.plan.cost import PRECISION_SUFFIX, load_profile_file
 
 
 def _run(batch=64, loss="smooth_ap", amp="fp16", crop=224, backbone="resnet50", m=None, dataset="sop"):
-    sampler = {"name": "m_per_class" if m else "shuffle", "batch_size": batch, **({"samples_per_class": m} if m else {})}
-    return {"task": "retrieval", "dataset": dataset, "model": {"backbone": backbone}, "amp": amp, "loss": {"name": loss},
-            "images": {"train_crop": crop, "test_crop": crop}, "sampler": sampler}
+    sampler = {"name": "m_per_class" if m else "shuffle", "batch_size": batch,
+               **({"samples_per_class": m} if m else {})}
+    return {"task": "retrieval", "dataset": dataset, "model": {"backbone": backbone}, "amp": amp,
+            "loss": {"name": loss}, "images": {"train_crop": crop, "test_crop": crop}, "sampler": sampler}
 
 
 def test_runs_that_train_alike_share_one_signature():

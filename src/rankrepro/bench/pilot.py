@@ -17,8 +17,9 @@ images a batch at its size needs.
 ``bench_run(..., own_sampler=True)`` builds the run: random weights), the first step timed alone (loader start,
 cuDNN autotuning, allocation), then ``warmup`` steps, then ``steps`` timed steps, each synchronised, the time spent
 waiting for the loader's batch apart (the loader's share of the step); then a slice of the evaluation: the task's
-evaluation forward pass on ``eval_steps`` batches of the training batch's size (inference images/s) and, for retrieval tasks, the exact metrics
-(:func:`rankrepro.metrics.compute`, R@1 and mAP@R) of :data:`EVAL_SLICE` embeddings of the model's real size.
+evaluation forward pass on ``eval_steps`` batches of the training batch's size (inference images/s) and, for
+retrieval tasks, the exact metrics (:func:`rankrepro.metrics.compute`, R@1 and mAP@R) of :data:`EVAL_SLICE`
+embeddings of the model's real size.
 Peak memory: ``torch.cuda.max_memory_allocated`` on CUDA (reset per signature), the process's peak RSS on CPU
 (``VmHWM``, reset per signature through ``/proc/self/clear_refs``). An error (an out-of-memory included) is the
 row's, not the pilot's end.
@@ -370,8 +371,9 @@ def run(plan, *, out_dir: str | Path = "results/pilot", results: str | Path = "r
     memory_gb = (torch.cuda.get_device_properties(dev).total_memory / 1e9 if dev.type == "cuda" else None)
     profile = profile_of(record["rows"], record["device_name"], record["date"],
                          round(memory_gb, 1) if memory_gb else None)
-    atomic_write_text(out_dir / "throughput.yaml", "# written by python -m rankrepro pilot (src/rankrepro/bench/pilot.py)"
-                      "; python -m rankrepro cost --profile reads it\n" + yaml.safe_dump(profile, sort_keys=False))
+    atomic_write_text(out_dir / "throughput.yaml", "# written by python -m rankrepro pilot (src/rankrepro/bench/"
+                      "pilot.py); python -m rankrepro cost --profile reads it\n"
+                      + yaml.safe_dump(profile, sort_keys=False))
     record["profile"] = str(out_dir / "throughput.yaml")
     return write_record(out_dir, "report", record, render(record))
 
