@@ -48,6 +48,7 @@ include: "workflow/rules/tables.smk"
 include: "workflow/rules/sweeps.smk"
 include: "workflow/rules/synthetic.smk"
 include: "workflow/rules/hgldv2.smk"
+include: "workflow/rules/pilot.smk"
 
 
 rule all:
