@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from pytorch_metric_learning import losses as pml_losses
 
 from rankrepro.registry import PositiveInt
 
@@ -40,6 +39,8 @@ class FastAP(torch.nn.Module):
     """
 
     def __init__(self, num_bins: PositiveInt = 10):
+        from pytorch_metric_learning import losses as pml_losses
+
         super().__init__()
         if not (isinstance(num_bins, int) and num_bins >= 1):
             raise ValueError(f"num_bins must be an int >= 1, got {num_bins!r}")
