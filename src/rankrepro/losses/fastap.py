@@ -39,6 +39,8 @@ class FastAP(torch.nn.Module):
     equals the in-batch value (test). Memory: an [L, B, N] tensor, like PML.
     """
 
+    family = "rank"  # AP through a histogram of distances (losses.registry)
+
     def __init__(self, num_bins: PositiveInt = 10):
         super().__init__()
         if not (isinstance(num_bins, int) and num_bins >= 1):
