@@ -56,6 +56,7 @@ rule all:
         TARGETS.manifest_outputs(),
         TARGETS.table_outputs(),
         TARGETS.sweep_outputs(),
+        TARGETS.leaderboard_outputs(),
         TARGETS.synthetic_outputs(),
         TARGETS.hgldv2_outputs(),
         "results/mlflow/imported.json",

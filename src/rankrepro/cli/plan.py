@@ -85,7 +85,7 @@ def cmd_recipe(args) -> None:
     no RUN_ID and no ``--all``, or a run id the plan does not hold (the message names close ones)."""
     from rankrepro.io import atomic_write_text
     from rankrepro.recipe import card_markdown, card_text, close_run_ids, recipe_card, recipes_page
-    from rankrepro.tables.index import markdown_html
+    from rankrepro.tables.formats import markdown_html
 
     if bool(args.all) == bool(args.run_id):
         print("recipe: give a RUN_ID or --all (not both)", file=sys.stderr)

@@ -113,6 +113,8 @@ def _check_positive(param: str, value) -> None:
 class _Adapter(nn.Module):
     """Contract plumbing shared by the adapters: validation, float32, labels, ref set."""
 
+    family = "pair"  # compares embeddings of pairs / triplets of the batch (losses.registry)
+
     #: label level (column of [B, L] labels) the loss trains on (0 = finest).
     level = 0
     #: False: a reference set is accepted but ignored (proxy losses, N-pair).
@@ -459,6 +461,7 @@ class MultiSimilarity(_Adapter):
 
 
 class _ProxyAdapter(_Adapter):
+    family = "proxy"  # compares embeddings with learned class proxies (losses.registry)
     uses_ref_set = False
 
     def _check_labels(self, y, num_classes):
@@ -515,7 +518,7 @@ def _nca_pp(num_classes: int, embedding_size: int, temperature: PositiveFloat = 
     return loss
 
 
-ProxyNCAPP = register("proxy_nca_pp", compose("ProxyNCAPP", __name__, lambda v: _nca_pp(**v), _nca_pp, doc=r"""ProxyNCA++ (Teh et al. 2020): ``-log softmax_c(-||x̂ - p̂_c||² / T)[y]``, T = 1/9
+ProxyNCAPP = register("proxy_nca_pp", compose("ProxyNCAPP", __name__, lambda v: _nca_pp(**v), _nca_pp, family="proxy", doc=r"""ProxyNCA++ (Teh et al. 2020): ``-log softmax_c(-||x̂ - p̂_c||² / T)[y]``, T = 1/9
     (``temperature``), as PML ``ProxyNCALoss(softmax_scale=1/T)`` — identical to SupRank's
     ``ProxyNCAppLoss`` (scale 3 on both x̂ and p̂ = softmax scale 9 on the squared
     distance; no label smoothing; checked in a test). Proxies are initialised

@@ -38,6 +38,8 @@ class FastAP(torch.nn.Module):
     equals the in-batch value (test). Memory: an [L, B, N] tensor, like PML.
     """
 
+    family = "rank"  # AP through a histogram of distances (losses.registry)
+
     def __init__(self, num_bins: PositiveInt = 10):
         from pytorch_metric_learning import losses as pml_losses
 
