@@ -75,7 +75,7 @@ SIZES = {
                  replica_kind="cuda", steps=(5, 20), workers=min(8, len(os.sched_getaffinity(0))), backbone=None, bare="resnet50",
                  c_cases=None),
     "tiny": Size("tiny", crop=32, batch=4, replica={"classes_per_super": 1, "image_size": 48}, replica_kind="cpu",
-                 steps=(1, 1), workers=0, backbone="resnet_tiny", bare="resnet18", c_cases=2,
+                 steps=(2, 5), workers=0, backbone="resnet_tiny", bare="resnet18", c_cases=2,
                  detector={"min_size": 64, "max_size": 96}, sop=(3000, 600, 12), rambo=(10_000,), budget_s=600.0),
 }
 
