@@ -41,7 +41,7 @@ ESTIMATE_GPU = "h100"
 
 LAYOUT = """\
 - `manifests/<dataset>/` — manifest.csv + meta.json per prepared dataset
-- `runs/<run_id>/` — run.json, history.csv, model.pt, metrics.json (checkpoint.pt while training), curve.png; curve.csv (the test curve, runs with `eval.every`)
+- `runs/<run_id>/` — run.json, history.csv, model.pt (unless `runtime.keep_model: false`), metrics.json (checkpoint.pt while training), curve.png (`runtime.curves`); curve.csv (the test curve, runs with `eval.every`)
 - `tables/<paper>/<table>.{md,csv,tex,html}` — paper tables, paper number beside ours; `tables/<paper>/scatter.png`
 - `synthetic/<name>.{md,json,png}` — results that need no image dataset
 - `hgldv2/` — the H-GLDv2 labels rebuilt, and their comparison with the release
