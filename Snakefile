@@ -48,6 +48,7 @@ include: "workflow/rules/tables.smk"
 include: "workflow/rules/sweeps.smk"
 include: "workflow/rules/synthetic.smk"
 include: "workflow/rules/hgldv2.smk"
+include: "workflow/rules/pilot.smk"
 
 
 rule all:
@@ -55,6 +56,7 @@ rule all:
         TARGETS.manifest_outputs(),
         TARGETS.table_outputs(),
         TARGETS.sweep_outputs(),
+        TARGETS.leaderboard_outputs(),
         TARGETS.synthetic_outputs(),
         TARGETS.hgldv2_outputs(),
         "results/mlflow/imported.json",

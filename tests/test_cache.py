@@ -12,6 +12,7 @@ import torch
 import yaml
 from datautil import replica_archive
 from PIL import Image
+from test_job_imports import modules_loaded_by
 from test_workflow import _jobs, smk
 from torchvision import transforms as T
 from torchvision.transforms import functional as F
@@ -82,6 +83,35 @@ def test_cache_mirrors_paths_with_shorter_side_s(manifest_dir, tmp_path):
     newest_image = max(p.stat().st_mtime_ns for p in files if p.name != C.CACHE_JSON)
     assert (out / C.CACHE_JSON).stat().st_mtime_ns >= newest_image  # written last
     assert C.build_cache(manifest_dir, S, out) == record  # complete: nothing to do
+
+
+@pytest.mark.parametrize("size, shape, expected", [
+    (32, (60, 45), (42, 32)),   # landscape: long side int(32 * 60 / 45) = int(42.67) = 42
+    (32, (45, 80), (32, 56)),   # portrait: int(32 * 80 / 45) = int(56.9) = 56
+    (7, (100, 30), (23, 7)),    # int(7 * 100 / 30) = int(23.33) = 23
+    (20, (49, 49), (20, 20)),   # square
+    (3, (10, 7), (4, 3)),       # int(3 * 10 / 7) = int(4.29) = 4
+])
+def test_resize_shorter_side_is_torchvisions_resize_bit_for_bit(size, shape, expected):
+    rng = np.random.default_rng(size)
+    image = Image.fromarray(rng.integers(0, 256, (shape[1], shape[0], 3), dtype=np.uint8), "RGB")
+    ours = C.resize_shorter_side(image, size)
+    theirs = F.resize(image, size)  # what the pipeline's Resize(S) does to a PIL image
+    assert ours.size == theirs.size == expected
+    assert np.array_equal(np.asarray(ours), np.asarray(theirs))
+    assert C.resize_shorter_side(ours, size) is ours  # shorter side already S: unchanged, as torchvision's
+
+
+def test_building_a_cache_imports_no_torch(manifest_dir, tmp_path):
+    """The image_cache job (``python -m rankrepro cache``) resizes with Pillow alone: no torch to import."""
+    out = tmp_path / "cache"
+    loaded = modules_loaded_by("from rankrepro import cli\n"
+                               f"cli.main(['cache', '--manifest', {str(manifest_dir)!r}, '--size', '{S}', "
+                               f"'--out', {str(out)!r}, '--no-progress'])")
+    assert json.loads((out / C.CACHE_JSON).read_text())["resized"] > 0  # it did resize images
+    assert {"PIL", "pandas"} <= loaded
+    heavy = {"torch", "torchvision", "matplotlib", "sklearn"}
+    assert loaded.isdisjoint(heavy), sorted(loaded & heavy)
 
 
 def test_interrupted_build_has_no_cache_json_and_resumes(manifest_dir, tmp_path, monkeypatch):

@@ -148,7 +148,7 @@ def test_planning_checks_the_cluster_block():
 
 
 def test_the_defaults_are_the_schemas():
-    assert cluster_settings(None) == {"gpu": "h100", "runtime_safety": 2.0, "runtime_margin_min": 15,
+    assert cluster_settings(None) == {"gpu": "h100", "profile": None, "runtime_safety": 2.0, "runtime_margin_min": 15,
                                       "runtime_min": 30, "runtime_max": 2880, "max_threads": None, "max_mem_mb": None}
 
 
@@ -316,3 +316,15 @@ def test_the_runtime_counts_the_epoch_a_per_class_cap_leaves(toy):
     r = resources((capped, tmp), {"runtime_min": 1})
     # 14,400 x 100 / 1,000 images/s = 24 min; two evaluations of 6 s: 24.2 x 2 + 15 = 63.4 -> 64
     assert r.runtime_minutes([Work("capped", train=True, evaluate=False)]) == 64
+
+
+def test_cluster_profile_names_the_file_that_prices_the_runtimes(toy):
+    """cluster.profile (the pilot's measured profile): twice the toy's training rate halves the training hour."""
+    plan, tmp = toy
+    measured = tmp / "pilot.yaml"
+    measured.write_text(PROFILE.replace("train: {resnet50: {224: 1000}}", "train: {resnet50: {224: 2000}}"))
+    r = resources(toy, {"runtime_min": 1, "profile": str(measured)})
+    # 36,000 x 100 / 2,000 = 30 min, + 2 evaluations of 0.1 min = 30.2 x 2 + 15 = 75.4 -> 76
+    assert r.runtime_minutes([Work("big", train=True, evaluate=False)]) == 76
+    with pytest.raises(PlanError, match=r"cluster\.profile: throughput profile .*absent\.yaml does not exist"):
+        resources(toy, {"profile": str(tmp / "absent.yaml")})

@@ -335,3 +335,23 @@ def test_a_manifest_whose_labels_cannot_be_read_names_its_csv(paper_plan, tmp_pa
     (folder / "manifest.csv").write_text("path,split\na.jpg,train\n")
     with pytest.raises(ManifestError, match=rf"^{folder / 'manifest.csv'}: cannot read its split and label"):
         train_class_sizes(run, paper_plan["datasets"], tmp_path)
+
+
+def test_cost_prices_with_a_profile_file_given_instead_of_the_gpu_kind(profiles, results, tmp_path):
+    """`cost --profile FILE` (the pilot's results/pilot/throughput.yaml): its figures, not the gpu kind's."""
+    measured = tmp_path / "pilot" / "throughput.yaml"
+    measured.parent.mkdir()
+    measured.write_text(yaml.safe_dump({**TOY_PROFILE, "measured": True, "train": {"resnet50": {224: 2000}}}))
+    cost = plan_cost(_plan(), "toy", results, profiles, profile_file=measured)
+    # run c: 3 batches of 100 x 5 epochs at 2,000 images/s (the file's), one evaluation of 9,000 at 3,000
+    assert cost["runs"]["c"]["gpu_h"] == pytest.approx(1500 / 2000 / 3600 + 9000 / 3000 / 3600)
+    assert cost["measured"] is True and cost["profile"] == str(measured)
+
+
+def test_cost_cli_names_a_missing_profile_file(tmp_path, capsys):
+    from rankrepro.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["cost", "--profile", str(tmp_path / "absent.yaml")])
+    assert str(done.value.code).startswith("cost: throughput profile ") and "absent.yaml does not exist" in \
+        str(done.value.code)

@@ -43,7 +43,7 @@ def test_a_configfile_beside_the_demo_profile_keeps_the_demo_settings(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     _assert_demo(result.stdout)
     assert "results/tables/suprank/table1.md" in result.stdout and "results/tables/pnp/" not in result.stdout
-    assert "rule train_batch_sop_1:" in result.stdout  # mine.yaml's runs_per_job (4) over the demo's (12)
+    assert "rule train_batch_sop_1:" in result.stdout  # mine.yaml's runs_per_job (4) over the demo's (32)
 
 
 @pytest.mark.slow

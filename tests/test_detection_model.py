@@ -102,6 +102,25 @@ def test_missing_imagenet_files_are_clear_errors(tmp_path, monkeypatch):
         build_detector("vgg16", pretrained="none")
 
 
+def test_resnet_tiny_is_a_detection_trunk_without_imagenet_weights():
+    """The demo's detection rows (profiles/demo/demo.yaml per_task.detection): a BasicBlock trunk under the FPN."""
+    torch.manual_seed(0)
+    model = build_detector("resnet_tiny", roi_loss=FasterRCNNLoss(), **TINY)
+    trunk = model.backbone.body
+    assert [len(getattr(trunk, f"layer{i}")) for i in range(1, 5)] == [1, 1, 1, 1]
+    # the FPN's inputs: layer1-4 of BasicBlocks (64, 128, 256, 512 channels), 256 channels out
+    assert [block[0].in_channels for block in model.backbone.fpn.inner_blocks] == [64, 128, 256, 512]
+    assert model.backbone.out_channels == 256
+    images, targets = images_and_targets()
+    model.train()
+    assert set(model(images, targets)) == LOSS_NAMES
+    model.eval()
+    with torch.no_grad():
+        assert len(model(images)) == 2
+    with pytest.raises(ValueError, match="resnet_tiny has no ImageNet weights"):
+        build_detector("resnet_tiny", pretrained="imagenet")
+
+
 # ----------------------------------------------------------------------------------- forward
 
 

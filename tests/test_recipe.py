@@ -19,7 +19,7 @@ from rankrepro.plan.schema import dotted
 from rankrepro.recipe import REQUIRED_KEYS, card_markdown, card_text, plan_cards, recipe_card, recipes_page
 from rankrepro.recipe.card import GROUP_PARAMS
 from rankrepro.recipe.origins import NOT_RECORDED, short_origin
-from rankrepro.tables.index import markdown_html
+from rankrepro.tables.formats import markdown_html
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE4 = "src/rankrepro/tables/specs/suprank/table4.yaml"

@@ -276,10 +276,16 @@ class Entry:
         declares nothing."""
         return bool(getattr(self.builder, "hierarchical", False))
 
+    @property
+    def family(self) -> str | None:
+        """The family the builder declares in a ``family`` attribute (a retrieval loss's: ``pair``, ``proxy``,
+        ``rank``, :data:`rankrepro.losses.registry.FAMILIES`), None when it declares none."""
+        return getattr(self.builder, "family", None)
+
     def as_json(self) -> dict:
         """The entry as the catalog stores it: target, fixed keywords (a function as its
         ``module:qualname``), parameters, accepts_any, ``task`` when the builder declares one, ``hierarchical``
-        (true) when it declares it (:attr:`hierarchical`), and ``facts`` when the builder declares facts with an ``as_json`` (a task's :class:`~rankrepro.record.tasks.TaskFacts`)."""
+        (true) when it declares it (:attr:`hierarchical`), ``family`` when it declares one (:attr:`family`), and ``facts`` when the builder declares facts with an ``as_json`` (a task's :class:`~rankrepro.record.tasks.TaskFacts`)."""
         fixed = {k: f"{v.__module__}:{v.__qualname__}" if callable(v) else v for k, v in self.fixed.items()}
         out = {"target": self.target, "fixed": fixed, "accepts_any": self.accepts_any,
                "parameters": {k: p.as_json() for k, p in self.parameters().items()}}
@@ -287,6 +293,8 @@ class Entry:
             out["task"] = self.task
         if self.hierarchical:
             out["hierarchical"] = True
+        if self.family is not None:
+            out["family"] = self.family
         facts = getattr(self.builder, "facts", None)
         if hasattr(facts, "as_json"):
             out["facts"] = facts.as_json()

@@ -18,7 +18,7 @@ rule image_cache:
     log:
         "results/logs/image_cache/{dataset}-s{size}.log",
     conda:
-        "../../envs/train.yaml"  # torchvision: the very resize the pipeline applies
+        "../../envs/data.yaml"  # Pillow and pandas: torchvision's very resize without torch (resize_shorter_side)
     threads: TARGETS.cluster.cap_threads(8)
     resources:
         mem_mb=TARGETS.cluster.cap_mem(8000),

@@ -2,6 +2,11 @@
 # every run and table of the plan.
 
 
+#: a table name other than a benchmark's summary (rankrepro.tables.kinds.leaderboard.SUMMARY: the
+#: leaderboard_summary rule writes results/tables/<benchmark>/summary.*)
+NOT_SUMMARY = r"(?!summary\.)[^/]+"  # the file name goes on: {table}.md
+
+
 rule table:
     input:
         plan=TARGETS.table_plan,
@@ -10,6 +15,8 @@ rule table:
         md="results/tables/{paper}/{table}.md",
         csv="results/tables/{paper}/{table}.csv",
         tex="results/tables/{paper}/{table}.tex",
+    wildcard_constraints:
+        table=NOT_SUMMARY,
     params:
         prefix="results/tables/{paper}/{table}",
     log:
@@ -65,10 +72,12 @@ rule table_html:
         report(
             "results/tables/{paper}/{table}.html",
             caption="../report/table.rst",
-            category="{paper}",
+            category=TARGETS.table_category,  # the paper; a leaderboard: Leaderboards
             subcategory="tables",
             labels=TARGETS.table_labels,
         ),
+    wildcard_constraints:
+        table=NOT_SUMMARY,
     log:
         "results/logs/table_html/{paper}/{table}.log",
     conda:
@@ -137,6 +146,68 @@ for _paper, _runs in TARGETS.curve_runs().items():
             runtime=10,
         shell:
             "python -m rankrepro plot curves --runs {params.runs:q} > {log:q} 2>&1"
+
+
+# -- The leaderboards (issue 36, docs/planning.md "Leaderboards: under one roof"): a plot per leaderboard and a
+# summary across datasets per benchmark, in the report's category Leaderboards.
+
+rule leaderboard_plot:
+    input:
+        csv="results/tables/{paper}/{table}.csv",
+    output:
+        report(
+            "results/tables/{paper}/{table}.png",
+            caption="../report/leaderboard.rst",
+            category="Leaderboards",
+            subcategory="{paper} plots",
+            labels={"figure": "R@1 vs mAP@R", "leaderboard": "{paper}/{table}"},
+        ),
+    wildcard_constraints:
+        paper=TARGETS.benchmark_pattern(),
+        table=TARGETS.leaderboard_pattern(),
+    params:
+        title=TARGETS.leaderboard_title,
+    log:
+        "results/logs/leaderboard_plot/{paper}/{table}.log",
+    conda:
+        "../../envs/train.yaml"
+    localrule: True
+    resources:
+        mem_mb=TARGETS.cluster.cap_mem(2000),
+        runtime=10,
+    shell:
+        "python -m rankrepro plot leaderboard --tables {input.csv:q} --title {params.title:q} --out {output:q}"
+        " > {log:q} 2>&1"
+
+
+rule leaderboard_summary:
+    input:
+        TARGETS.leaderboard_csvs,
+    output:
+        md="results/tables/{paper}/summary.md",
+        csv="results/tables/{paper}/summary.csv",
+        html=report(
+            "results/tables/{paper}/summary.html",
+            caption="../report/summary.rst",
+            category="Leaderboards",
+            subcategory="{paper} summary",
+            labels={"page": "{paper} summary across datasets"},
+        ),
+    wildcard_constraints:
+        paper=TARGETS.benchmark_pattern(),
+    params:
+        prefix="results/tables/{paper}/summary",
+    log:
+        "results/logs/leaderboard_summary/{paper}.log",
+    conda:
+        "../../envs/train.yaml"
+    localrule: True
+    resources:
+        mem_mb=TARGETS.cluster.cap_mem(2000),
+        runtime=10,
+    shell:
+        "python -m rankrepro leaderboard-summary --benchmark {wildcards.paper:q} --tables {input:q}"
+        " --out-prefix {params.prefix:q} --html {output.html:q} > {log:q} 2>&1"
 
 
 rule recipes:

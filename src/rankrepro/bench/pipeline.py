@@ -196,17 +196,20 @@ def format_table(paths: list[Path], limit: int = 64, repeats: int = 3) -> list[d
 # -- GPU: ResNet-50 training steps ------------------------------------------------------------------
 
 
-def bench_run(run: dict, batch_size: int, amp: str | None = None, backbone: str | None = None) -> dict:
+def bench_run(run: dict, batch_size: int, amp: str | None = None, backbone: str | None = None,
+              own_sampler: bool = False) -> dict:
     """``run`` as the benchmarks train it: random weights (``pretrained: none``), no PCA start, batches of
     ``batch_size`` from the ``shuffle`` sampler (every image of the replica once per epoch: a replica lacks the
-    classes a setup's own sampler needs at its batch size), ``amp`` and ``backbone`` (None: the run's)."""
+    classes a setup's own sampler needs at its batch size) or, with ``own_sampler``, from the run's own sampler
+    at that batch size; ``amp`` and ``backbone`` (None: the run's)."""
     model = dict(run["model"], **({"backbone": backbone} if backbone else {}))
     if "pretrained" in model:
         model["pretrained"] = "none"
     if model.get("projection_init") == "pca":
         model["projection_init"] = "random"
-    return {**run, "model": model, "amp": amp or run["amp"],
-            "sampler": {"name": "shuffle", "batch_size": batch_size, "drop_last": False}}
+    sampler = (dict(run["sampler"], batch_size=batch_size) if own_sampler
+               else {"name": "shuffle", "batch_size": batch_size, "drop_last": False})
+    return {**run, "model": model, "amp": amp or run["amp"], "sampler": sampler}
 
 
 class TaskBench:
@@ -262,16 +265,16 @@ class TaskBench:
     def train(self, warmup: int, steps: int, synthetic: bool = False) -> float:
         """Training images/s: the task's step and the loop's optimisation step (:func:`rankrepro.engine.loop.optimise`)
         on its batches (``synthetic``: one batch, already loaded)."""
+        self.parts.model.train()
+        return self._timed(warmup, steps, self.train_step, synthetic)
+
+    def train_step(self, batch) -> int:
+        """One training step on ``batch`` (the task's step, then the loop's optimisation step); its images."""
         from rankrepro.engine.loop import optimise
 
-        self.parts.model.train()
-
-        def one_step(batch) -> int:
-            loss, images = self.task.step(batch)
-            optimise(loss, self.optimizer, self.scaler, self.run.get("grad_clip"))
-            return images
-
-        return self._timed(warmup, steps, one_step, synthetic)
+        loss, images = self.task.step(batch)
+        optimise(loss, self.optimizer, self.scaler, self.run.get("grad_clip"))
+        return images
 
     def infer(self, warmup: int, steps: int) -> float:
         """Inference images/s: the task's evaluation forward pass (:meth:`~rankrepro.engine.tasks.Task.infer`, no

@@ -5,7 +5,7 @@ help and ``func``, the ``cmd_<command>`` that runs it) next to that handler, in 
 commands: :mod:`~rankrepro.cli.data` (a dataset's files, manifest and image caches),
 :mod:`~rankrepro.cli.runs` (a run's record, training and evaluation), :mod:`~rankrepro.cli.results`
 (tables, figures, the index and report pages, MLflow), :mod:`~rankrepro.cli.plan` (a config's plan, its
-cost, the recipe cards), :mod:`~rankrepro.cli.tools` (the catalog, the benchmarks); ``hgldv2`` and its
+cost, the recipe cards), :mod:`~rankrepro.cli.tools` (the catalog, the benchmarks, the pilot); ``hgldv2`` and its
 steps: :mod:`rankrepro.hgldv2.cli`. :func:`build_parser` adds them in the order of :data:`COMMANDS`.
 :func:`run` is the process's entry (``python -m rankrepro``): :func:`main` with every message that reaches it cut
 to a bounded length.
@@ -26,8 +26,9 @@ from rankrepro.messages import MESSAGE_LIMIT, short_text
 COMMANDS = (data.add_replica, data.add_download, data.add_prepare, runs.add_write_run, runs.add_train,
             runs.add_evaluate, runs.add_train_batch, data.add_cache, results.add_table,
             results.add_sweep_plot, results.add_results_index, results.add_table_html, results.add_plot,
+            results.add_leaderboard_summary,
             plan.add_plan, plan.add_cost, plan.add_recipe, results.add_synthetic, tools.add_catalog,
-            results.add_track, hgldv2_cli.register, tools.add_bench)
+            results.add_track, hgldv2_cli.register, tools.add_bench, tools.add_pilot)
 
 
 def build_parser() -> argparse.ArgumentParser:

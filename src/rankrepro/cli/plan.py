@@ -40,7 +40,7 @@ def cmd_cost(args) -> None:
     try:
         config = load_yaml_mapping(Path(args.config))
         gpu = args.gpu or (config.get("cluster") or {}).get("gpu", "h100")
-        cost = plan_cost(plan_from_config(config), gpu, args.results)
+        cost = plan_cost(plan_from_config(config), gpu, args.results, profile_file=args.profile)
     except (PlanError, ProfileError, ManifestError) as err:
         sys.exit(f"cost: {err}")
     print(json.dumps(cost, indent=1) if args.json else to_text(cost, per_run=args.runs), end="")
@@ -52,6 +52,9 @@ def add_cost(sub) -> None:
     p.add_argument("--config", default="config.yaml")
     p.add_argument("--gpu", default=None,
                    help="the GPU kind: profiles/throughput/<gpu>.yaml (default: the config's cluster.gpu, h100)")
+    p.add_argument("--profile", default=None,
+                   help="price with this throughput profile file instead of --gpu's (e.g. the pilot's "
+                   "results/pilot/throughput.yaml)")
     p.add_argument("--results", default="results", help="where prepared manifests are (their image counts)")
     p.add_argument("--runs", action="store_true", help="also one line per run")
     p.add_argument("--json", action="store_true", help="the whole estimate as JSON")
@@ -82,7 +85,7 @@ def cmd_recipe(args) -> None:
     no RUN_ID and no ``--all``, or a run id the plan does not hold (the message names close ones)."""
     from rankrepro.io import atomic_write_text
     from rankrepro.recipe import card_markdown, card_text, close_run_ids, recipe_card, recipes_page
-    from rankrepro.tables.index import markdown_html
+    from rankrepro.tables.formats import markdown_html
 
     if bool(args.all) == bool(args.run_id):
         print("recipe: give a RUN_ID or --all (not both)", file=sys.stderr)

@@ -1,5 +1,6 @@
-"""``table``, ``sweep-plot``, ``results-index``, ``table-html``, ``plot``, ``synthetic`` and ``track``: the tables,
-figures, index and report pages, and their MLflow import (workflow/rules/tables.smk, sweeps.smk, synthetic.smk)."""
+"""``table``, ``sweep-plot``, ``results-index``, ``table-html``, ``plot``, ``leaderboard-summary``, ``synthetic`` and
+``track``: the tables, figures, index and report pages, and their MLflow import (workflow/rules/tables.smk,
+sweeps.smk, synthetic.smk)."""
 
 from __future__ import annotations
 
@@ -86,24 +87,46 @@ def cmd_plot(args) -> None:
         sys.exit(f"rankrepro plot {args.what}: --out is required")
     if args.what == "curve":
         plots.training_curve(args.history, args.out, metrics_json=args.metrics, title=args.title)
+    elif args.what == "leaderboard":
+        if len(args.tables) != 1:
+            raise SystemExit(f"plot leaderboard: --tables takes one leaderboard's CSV, got {len(args.tables)}")
+        plots.leaderboard_plot(args.tables[0], args.out, args.title or Path(args.tables[0]).stem)
     else:
         plots.paper_scatter(args.paper, args.tables, args.out)
     print(f"wrote {args.out}")
 
 
 def add_plot(sub) -> None:
-    p = sub.add_parser("plot", help="a run's training curve, several runs' (curves: each run folder's "
-                       "curve.png), or a paper's paper-vs-ours scatter (PNG)")
-    p.add_argument("what", choices=["curve", "curves", "scatter"])
-    p.add_argument("--out", help="curve, scatter: the PNG")
+    p = sub.add_parser("plot", help="a run's training curve, several runs' (curves: each run folder's curve.png), "
+                       "a paper's paper-vs-ours scatter, or a leaderboard's R@1 vs mAP@R (PNG)")
+    p.add_argument("what", choices=["curve", "curves", "scatter", "leaderboard"])
+    p.add_argument("--out", help="curve, scatter, leaderboard: the PNG")
     p.add_argument("--runs", nargs="*", default=[], help="curves: run folders results/runs/<id> (each one's "
                    "history.csv and metrics.json read, its curve.png written)")
     p.add_argument("--history", help="curve: results/runs/<id>/history.csv")
     p.add_argument("--metrics", help="curve: results/runs/<id>/metrics.json (final metrics in the title)")
-    p.add_argument("--title", help="curve: default the run folder's name")
+    p.add_argument("--title", help="curve: default the run folder's name; leaderboard: default the CSV's name")
     p.add_argument("--paper", help="scatter: the paper's name")
-    p.add_argument("--tables", nargs="*", default=[], help="scatter: the paper's table CSVs")
+    p.add_argument("--tables", nargs="*", default=[], help="scatter: the paper's table CSVs; leaderboard: its CSV")
     p.set_defaults(func=cmd_plot)
+
+
+def cmd_leaderboard_summary(args) -> None:
+    from rankrepro.tables.leaderboard_summary import write_summary
+
+    rows = write_summary(args.benchmark, args.tables, args.out_prefix, html_out=args.html)
+    print(f"{args.out_prefix}.md: {len(rows)} losses over {len(args.tables)} leaderboards")
+
+
+def add_leaderboard_summary(sub) -> None:
+    p = sub.add_parser("leaderboard-summary", help="a benchmark's summary across datasets: each loss's rank per "
+                       "leaderboard and its mean rank (Markdown, CSV)")
+    p.add_argument("--benchmark", required=True, help="the benchmark (the leaderboards' paper): roof")
+    p.add_argument("--tables", nargs="+", required=True,
+                   help="its leaderboards' CSVs: results/tables/roof/<dataset>.csv")
+    p.add_argument("--out-prefix", required=True, help="results/tables/roof/summary (writes .md, .csv)")
+    p.add_argument("--html", help="also the page as HTML (the report's copy)")
+    p.set_defaults(func=cmd_leaderboard_summary)
 
 
 def cmd_synthetic(args) -> None:

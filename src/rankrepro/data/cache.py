@@ -4,9 +4,10 @@
 its relative ``path``) to ``out_dir/<path>`` (the same relative paths):
 
 * an image whose shorter side is larger than ``S`` is decoded, converted to RGB and resized
-  exactly as the training pipeline does it (``torchvision.transforms.functional.resize(image, S)``
-  on the PIL image: bilinear with antialiasing, the longer side ``int(S * long / short)``), then
-  saved as JPEG quality 95 (Pillow's default 4:2:0 chroma subsampling, no EXIF). The bytes are
+  exactly as the training pipeline does it (:func:`resize_shorter_side`: what
+  ``torchvision.transforms.functional.resize(image, S)`` does to a PIL image, Pillow's bilinear
+  resampling, antialiased, to the shorter side ``S`` and the longer side ``int(S * long / short)``,
+  without importing torch), then saved as JPEG quality 95 (Pillow's default 4:2:0 chroma subsampling, no EXIF). The bytes are
   JPEG whatever the file's suffix (Pillow reads the format from the bytes, not the name);
 * an image whose shorter side is already ``<= S`` is copied byte for byte (no upscaling: the
   pipeline's ``Resize(S)`` then does to the copy exactly what it does to the original).
@@ -50,8 +51,9 @@ Compatible transforms (the transform's first step must be a ``Resize``, bilinear
   cache is built at all).
 
 This module imports only the standard library at import time (the workflow's targets,
-:mod:`rankrepro.plan.targets`, use :func:`resize_uses_cache`); Pillow, pandas and torchvision are
-imported where needed.
+:mod:`rankrepro.plan.targets`, use :func:`resize_uses_cache`); Pillow and pandas are imported where
+needed, torchvision only to check a loader's transform (:func:`transform_uses_cache`): building a
+cache (the ``image_cache`` job) imports no torch.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ PARTIAL_JSON = ".partial.json"
 VERSION = 1
 QUALITY = 95
 FORMAT = "JPEG"
-RESAMPLE = "torchvision.transforms.functional.resize (PIL bilinear, antialiased)"
+RESAMPLE = "torchvision.transforms.functional.resize (PIL bilinear, antialiased)"  # what resize_shorter_side equals
 
 
 class ImageCacheWarning(UserWarning):
@@ -114,10 +116,25 @@ def _matches(record: dict | None, settings: dict) -> bool:
 # -- building ---------------------------------------------------------------------------------------
 
 
+def resize_shorter_side(image, size: int):
+    """``image`` (a PIL image) with its shorter side resized to ``size`` and its longer side to
+    ``int(size * long / short)``, Pillow's bilinear filter (antialiased): exactly what torchvision's
+    ``Resize(size)`` (``transforms.functional.resize``) does to a PIL image whose shorter side is not
+    already ``size`` (it then returns the image unchanged, as this does)."""
+    from PIL import Image
+
+    width, height = image.size
+    short, long = min(width, height), max(width, height)
+    if short == size:
+        return image
+    new_long = int(size * long / short)
+    new_size = (size, new_long) if width <= height else (new_long, size)
+    return image.resize(new_size, Image.BILINEAR)
+
+
 def _cache_one(task: tuple[str, str, int, int]) -> str:
     """Write one cached image; return ``resized`` or ``copied``."""
     from PIL import Image
-    from torchvision.transforms import functional as F
 
     from rankrepro.data.image_files import naming_image
     from rankrepro.io import atomic_path
@@ -127,7 +144,7 @@ def _cache_one(task: tuple[str, str, int, int]) -> str:
         if min(image.size) <= size:
             small = None
         else:
-            small = F.resize(image.convert("RGB"), size)  # what the pipeline's Resize(S) does
+            small = resize_shorter_side(image.convert("RGB"), size)  # what the pipeline's Resize(S) does
     with atomic_path(dst) as tmp:
         if small is None:
             shutil.copyfile(src, tmp)
@@ -198,7 +215,7 @@ def build_cache(manifest_dir: str | Path, size: int, out_dir: str | Path, *, qua
              for rel in relative if not (out_dir / rel).is_file()]
     counts = {"resized": 0, "copied": 0}
     if tasks:
-        from torchvision.transforms import functional  # noqa: F401  imported once, before the workers fork
+        from PIL import Image  # noqa: F401  imported once, before the workers fork
     t0 = time.perf_counter()
     if tasks:
         from tqdm import tqdm

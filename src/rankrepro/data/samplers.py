@@ -10,8 +10,6 @@ a run's ``sampler`` block ``{"name": ..., **parameters}`` is built by
 from __future__ import annotations
 
 import numpy as np
-from pytorch_metric_learning.samplers import HierarchicalSampler as PMLHierarchicalSampler
-from pytorch_metric_learning.utils import common_functions as pml_cf
 
 from rankrepro.registry import PositiveInt, Registry
 
@@ -259,6 +257,9 @@ class HierarchicalBatchSampler(EpochBatchSampler):
         self.epoch = 0
 
     def _batches(self) -> list[list[int]]:
+        from pytorch_metric_learning.samplers import HierarchicalSampler as PMLHierarchicalSampler
+        from pytorch_metric_learning.utils import common_functions as pml_cf
+
         saved = pml_cf.NUMPY_RANDOM
         pml_cf.NUMPY_RANDOM = np.random.RandomState([self.seed, self.epoch])
         try:

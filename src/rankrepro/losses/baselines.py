@@ -33,19 +33,19 @@ triplet, contrastive, lifted structure, N-pair, angular, ProxyNCA) and the SupRa
 baselines (triplet "SH", XBM, NSM, ProxyNCA++), plus multi-similarity.
 XBM = any pair loss here wrapped with ``memory={"size": N, "warmup_epochs": 1}``; the
 SupRank "XBM" row uses ``contrastive`` with ``formulation="xbm"``.
+
+PML is imported where a loss is built or computed, not at module level: registering the losses
+(every training job imports :mod:`rankrepro.losses`) does not import it (nor the scikit-learn and
+SciPy it imports).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
 import torch
-from pytorch_metric_learning import distances as pml_distances
-from pytorch_metric_learning import losses as pml_losses
-from pytorch_metric_learning import miners as pml_miners
-from pytorch_metric_learning.utils import common_functions as pml_cf
-from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import nn
 
 from rankrepro.registry import PositiveFloat
@@ -91,6 +91,8 @@ def _drop_self(idx: tuple, n_self: int) -> tuple:
 def _distance(name: str):
     """PML's distance of that name on the embeddings: ``euclidean`` and ``squared_euclidean`` (|a - b|, |a - b|^2,
     both L2-normalised first), ``cosine``, ``dot``."""
+    from pytorch_metric_learning import distances as pml_distances
+
     if name in ("euclidean", "squared_euclidean"):
         return pml_distances.LpDistance(normalize_embeddings=True, p=2, power=1 if name == "euclidean" else 2)
     if name in ("cosine", "dot"):
@@ -110,6 +112,8 @@ def _check_positive(param: str, value) -> None:
 
 class _Adapter(nn.Module):
     """Contract plumbing shared by the adapters: validation, float32, labels, ref set."""
+
+    family = "pair"  # compares embeddings of pairs / triplets of the batch (losses.registry)
 
     #: label level (column of [B, L] labels) the loss trains on (0 = finest).
     level = 0
@@ -148,6 +152,8 @@ def _warn_ignored(name: str) -> None:
 
 
 def _all_pairs(y, yr, n_self):
+    from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
+
     a1, p, a2, n = lmu.get_all_pairs_indices(y, yr)
     return _drop_self((a1, p, a2, n), n_self)
 
@@ -164,12 +170,13 @@ class _SelfAwareMiner:
         return super().get_x_per_row(xtype, mat, anchor_idx, other_idx, *args, **kwargs)
 
 
-class _HardMiner(_SelfAwareMiner, pml_miners.BatchHardMiner):
-    pass
+@functools.cache
+def _self_aware_miner(name: str) -> type:
+    """PML's batch miner ``name`` (``BatchHardMiner``, ``BatchEasyHardMiner``) with :class:`_SelfAwareMiner`
+    mixed in (the class is made on first use: PML is imported then)."""
+    from pytorch_metric_learning import miners as pml_miners
 
-
-class _EasyHardMiner(_SelfAwareMiner, pml_miners.BatchEasyHardMiner):
-    pass
+    return type(f"_SelfAware{name}", (_SelfAwareMiner, getattr(pml_miners, name)), {})
 
 
 # ----------------------------------------------------------------------------- losses
@@ -208,6 +215,8 @@ class Triplet(_Adapter):
 
     def __init__(self, margin: float = 0.05, mining: str = "all", distance: str = "euclidean",
                  cutoff: float = 0.5, nonzero_loss_cutoff: float = 1.4):
+        from pytorch_metric_learning import losses as pml_losses
+
         super().__init__()
         _check_choice("mining", mining, self.MINING)
         _check_choice("distance", distance, ("euclidean", "squared_euclidean", "dot"))
@@ -220,9 +229,9 @@ class Triplet(_Adapter):
         self.stochastic = mining in ("uniform", "distance_weighted")
         self.loss = pml_losses.TripletMarginLoss(margin=self.margin, distance=_distance(distance))
         if mining == "hard":
-            self.miner = _HardMiner(distance=_distance(distance))
+            self.miner = _self_aware_miner("BatchHardMiner")(distance=_distance(distance))
         elif mining == "easy_semihard":
-            self.miner = _EasyHardMiner(distance=_distance(distance))
+            self.miner = _self_aware_miner("BatchEasyHardMiner")(distance=_distance(distance))
         else:
             self.miner = None
 
@@ -230,6 +239,8 @@ class Triplet(_Adapter):
         return f"margin={self.margin}, mining={self.mining!r}, distance={self.distance!r}"
 
     def _indices(self, emb, y, ref, yr, n_self):
+        from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
+
         r, ry = (emb, y) if ref is None else (ref, yr)
         n_self = emb.shape[0] if ref is None else n_self
         if self.miner is not None:
@@ -283,6 +294,8 @@ class Contrastive(_Adapter):
 
     def __init__(self, pos_margin: float | None = None, neg_margin: float | None = None,
                  distance: str | None = None, formulation: str = "pml"):
+        from pytorch_metric_learning import losses as pml_losses
+
         super().__init__()
         _check_choice("formulation", formulation, ("pml", "xbm"))
         if distance is None:
@@ -339,6 +352,8 @@ class LiftedStructure(_Adapter):
         return f"neg_margin={self.neg_margin}, pos_margin={self.pos_margin}"
 
     def _loss(self, emb, y, ref, yr, n_self):
+        from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
+
         B = emb.shape[0]
         if ref is None:
             r, ry = emb, y
@@ -373,6 +388,8 @@ class NPair(_Adapter):
     order_dependent = True
 
     def __init__(self):
+        from pytorch_metric_learning import losses as pml_losses
+
         super().__init__()
         self.loss = pml_losses.NPairsLoss()
 
@@ -387,6 +404,8 @@ class Angular(_Adapter):
     averaged over positive pairs; ``alpha`` in degrees (default 40, PML)."""
 
     def __init__(self, alpha: float = 40.0):
+        from pytorch_metric_learning import losses as pml_losses
+
         super().__init__()
         if not 0 < alpha < 90:
             raise ValueError(f"alpha (degrees) must be in (0, 90), got {alpha!r}")
@@ -414,6 +433,9 @@ class MultiSimilarity(_Adapter):
 
     def __init__(self, alpha: PositiveFloat = 2.0, beta: PositiveFloat = 50.0, base: float = 0.5,
                  mining: bool = True, epsilon: float = 0.1):
+        from pytorch_metric_learning import losses as pml_losses
+        from pytorch_metric_learning import miners as pml_miners
+
         super().__init__()
         _check_positive("alpha", alpha)
         _check_positive("beta", beta)
@@ -439,6 +461,7 @@ class MultiSimilarity(_Adapter):
 
 
 class _ProxyAdapter(_Adapter):
+    family = "proxy"  # compares embeddings with learned class proxies (losses.registry)
     uses_ref_set = False
 
     def _check_labels(self, y, num_classes):
@@ -461,6 +484,9 @@ class ProxyNCA(_ProxyAdapter):
     (``proxy_std`` fixed to 1) and ``proxy_nca_pp`` (below: scale 1/T, std 1/8)."""
 
     def __init__(self, num_classes: int, embedding_size: int, softmax_scale: float = 1.0, proxy_std: float = 1.0):
+        from pytorch_metric_learning import losses as pml_losses
+        from pytorch_metric_learning.utils import common_functions as pml_cf
+
         super().__init__()
         _check_sizes(num_classes, embedding_size)
         _check_positive("softmax_scale", softmax_scale)
@@ -492,7 +518,7 @@ def _nca_pp(num_classes: int, embedding_size: int, temperature: PositiveFloat = 
     return loss
 
 
-ProxyNCAPP = register("proxy_nca_pp", compose("ProxyNCAPP", __name__, lambda v: _nca_pp(**v), _nca_pp, doc=r"""ProxyNCA++ (Teh et al. 2020): ``-log softmax_c(-||x̂ - p̂_c||² / T)[y]``, T = 1/9
+ProxyNCAPP = register("proxy_nca_pp", compose("ProxyNCAPP", __name__, lambda v: _nca_pp(**v), _nca_pp, family="proxy", doc=r"""ProxyNCA++ (Teh et al. 2020): ``-log softmax_c(-||x̂ - p̂_c||² / T)[y]``, T = 1/9
     (``temperature``), as PML ``ProxyNCALoss(softmax_scale=1/T)`` — identical to SupRank's
     ``ProxyNCAppLoss`` (scale 3 on both x̂ and p̂ = softmax scale 9 on the squared
     distance; no label smoothing; checked in a test). Proxies are initialised
@@ -512,6 +538,9 @@ class NormalizedSoftmax(_ProxyAdapter):
     the run's ``loss`` parameter group (SupRank SOP: Adam 10, cosine to 0.1; iNat: the head's)."""
 
     def __init__(self, num_classes: int, embedding_size: int, temperature: PositiveFloat = 0.05):
+        from pytorch_metric_learning import losses as pml_losses
+        from pytorch_metric_learning.utils import common_functions as pml_cf
+
         super().__init__()
         _check_sizes(num_classes, embedding_size)
         _check_positive("temperature", temperature)

@@ -56,6 +56,8 @@ def _ap_rows(y: torch.Tensor, rel: torch.Tensor, step: BlackboxStep) -> torch.Te
 class _BlackboxBase(torch.nn.Module):
     """Shared input handling: scores [B, N'] and relevance of each query's retrieval list."""
 
+    family = "rank"  # a ranking metric (recall, AP) through blackbox ranks (losses.registry)
+
     include_query: bool
 
     def __init__(self, lambda_val: float, margin: float, include_query: bool):

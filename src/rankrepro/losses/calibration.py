@@ -51,6 +51,8 @@ class CalibrationLoss(nn.Module):
     then has no radial component); here they are used as given.
     """
 
+    family = "pair"  # thresholds on pairwise similarities (losses.registry)
+
     def __init__(self, alpha: float = 0.9, beta: float = 0.6, reduction: str = "avg_non_zero",
                  hierarchy_level: NonNegativeInt = 0):
         super().__init__()
@@ -103,6 +105,8 @@ class NormalizedSoftmaxDG(nn.Module):
     of the official class is unused by every config and not reproduced. A reference set
     is ignored (official ``takes_ref_embeddings = False``).
     """
+
+    family = "proxy"  # class proxies (losses.registry)
 
     def __init__(self, num_classes: int | None = None, embedding_size: int | None = None,
                  temperature: PositiveFloat = 0.05, hierarchy_level: NonNegativeInt = 0,

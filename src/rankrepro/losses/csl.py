@@ -51,6 +51,7 @@ class CSL(nn.Module):
 
     uses_ref_set = False
     hierarchical = True  # its margins are per level: one level is a normalised softmax (losses.registry)
+    family = "proxy"  # class proxies per level (losses.registry)
 
     def __init__(self, num_classes_per_level: list[int], embedding_size: int,
                  margins: list[float] | None = None, scale: float = 32.0, reduction: str = "sum",

@@ -39,7 +39,6 @@ import math
 from typing import Literal
 
 import torch
-from pytorch_metric_learning import losses as pml_losses
 from torch import nn
 
 from rankrepro.registry import PositiveFloat, PositiveInt, choices
@@ -114,6 +113,8 @@ class ArcFace(_BaseClassifier):
     def __init__(self, num_classes: int, embedding_size: int, margin: PositiveFloat = 0.5,
                  scale: PositiveFloat = 64.0, init: Literal["imprint", "random"] = "imprint",
                  imprint_per_class: PositiveInt = 32):
+        from pytorch_metric_learning import losses as pml_losses
+
         super().__init__()
         self._init_options(num_classes, embedding_size, init, imprint_per_class)
         self.margin, self.scale = float(margin), float(scale)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from pytorch_metric_learning import losses as pml_losses
 
 from rankrepro.registry import PositiveInt
 
@@ -39,7 +38,11 @@ class FastAP(torch.nn.Module):
     equals the in-batch value (test). Memory: an [L, B, N] tensor, like PML.
     """
 
+    family = "rank"  # AP through a histogram of distances (losses.registry)
+
     def __init__(self, num_bins: PositiveInt = 10):
+        from pytorch_metric_learning import losses as pml_losses
+
         super().__init__()
         if not (isinstance(num_bins, int) and num_bins >= 1):
             raise ValueError(f"num_bins must be an int >= 1, got {num_bins!r}")

@@ -67,6 +67,8 @@ class SumTripletSH(_LevelSum):
     With a reference set, each level uses the reference labels of that level.
     """
 
+    family = "pair"  # a triplet loss per level (losses.registry)
+
     def __init__(self, margin: float = 0.05, mining: str = "easy_semihard", distance: str = "dot",
                  levels: list[int] | None = None, reduction: str = "mean"):
         super().__init__()
@@ -98,6 +100,8 @@ class ProxyLevelSum(_LevelSum):
     ``embedding_size`` and ``temperature``) with its own C_l proxies at every level, averaged
     (``reduction="mean"``) or summed over the levels. Registered with ``proxy_loss`` fixed:
     ``sum_nsm``, ``sum_nca_pp``."""
+
+    family = "proxy"  # a proxy loss per level (losses.registry)
 
     uses_ref_set = False
 

@@ -304,6 +304,7 @@ class RankingLoss(nn.Module):
     """
 
     hierarchical = False
+    family = "rank"  # a relaxed ranking metric (AP, recall, H-AP, NDCG) (losses.registry)
 
     def __init__(self, *, step: Step, include_query: bool = True, chunk_size: PositiveInt | None = None,
                  max_elements: PositiveInt = DEFAULT_MAX_ELEMENTS):

@@ -20,6 +20,14 @@ declares it when one of its parts does. The catalog records it (``"hierarchical"
 entry; absent: one level is enough), so a leaderboard offers such a loss only on a dataset with
 hierarchical labels (:mod:`rankrepro.tables.kinds.leaderboard`).
 
+The family of a retrieval loss: each loss class declares ``family``, one of :data:`FAMILIES` -- ``"pair"`` (it
+compares the embeddings of pairs or triplets of the batch: contrastive, triplet, multi-similarity, the calibration
+loss), ``"proxy"`` (it compares embeddings with learned class proxies or weights: ProxyNCA, normalised softmax,
+ArcFace, CSL) or ``"rank"`` (it relaxes a ranking metric: AP, recall, H-AP, NDCG, top-k precision) -- on the class
+(a base class declares it for its subclasses); a :func:`compose` builder takes its ``family`` argument, else the
+first part's that declares one. Hierarchical or not is the other declaration (above), not a family. The catalog
+records it (``"family"``); the leaderboards' plots colour the losses by it.
+
 The data sizes a loss may need (``num_classes``, ``num_classes_per_level``,
 ``embedding_size``) are the registry's *context*: not hyper-parameters of a run, passed by
 the caller through ``build(..., context={...})`` and given only to the losses whose
@@ -34,7 +42,7 @@ import torch
 
 from rankrepro.registry import ParameterError, Registry, signature_parameters
 
-__all__ = ["LOSSES", "CONTEXT", "register", "build", "names", "get", "defaults", "accepted_hparams",
+__all__ = ["LOSSES", "CONTEXT", "FAMILIES", "register", "build", "names", "get", "defaults", "accepted_hparams",
            "HyperParameterError", "compose", "pick",
            "data_context", "task_of", "RETRIEVAL"]
 
@@ -45,6 +53,8 @@ MEMORY_KEYS = ("size", "warmup_epochs")
 
 #: the task of a loss whose class declares none: it scores embeddings (module docstring)
 RETRIEVAL = "retrieval"
+#: the families a retrieval loss declares (module docstring)
+FAMILIES = ("pair", "proxy", "rank")
 
 
 class HyperParameterError(ParameterError):
@@ -142,7 +152,7 @@ def _keyword_parameters(fn) -> list[inspect.Parameter]:
 
 
 def compose(name: str, module: str, make, *parts, doc: str | None = None, fixed: dict | None = None,
-            **defaults):
+            family: str | None = None, **defaults):
     """A builder with one flat keyword signature made of the parts' keyword parameters.
 
     ``parts``: callables (classes or functions) whose keyword parameters (``step`` excepted)
@@ -152,7 +162,8 @@ def compose(name: str, module: str, make, *parts, doc: str | None = None, fixed:
     and builds the loss; :func:`pick` selects one part's values. The builder is named
     ``name`` in ``module`` (assign it to that module-level name), so the registry reads
     plain JSON parameters from it -- e.g. Sup-AP = ``APLoss(step=SupRankStep(tau=..., ...))``
-    registered with flat ``tau``, ``rho``, ... keywords.
+    registered with flat ``tau``, ``rho``, ... keywords. ``family``: the loss's family (module docstring),
+    default the first part's that declares one.
     """
     params: dict[str, inspect.Parameter] = {}
     fixed = dict(fixed or {})
@@ -177,6 +188,9 @@ def compose(name: str, module: str, make, *parts, doc: str | None = None, fixed:
     builder.__signature__ = signature
     if any(getattr(part, "hierarchical", False) for part in parts):  # the labels a part needs (module docstring)
         builder.hierarchical = True
+    family = family or next((part.family for part in parts if getattr(part, "family", None)), None)
+    if family:  # the family (module docstring): given, else the first part's
+        builder.family = family
     builder.__name__ = builder.__qualname__ = name
     builder.__module__ = module
     builder.__doc__ = doc

@@ -56,6 +56,8 @@ class SoftBinAP(torch.nn.Module):
     divides by zero there); if none is left the loss is 0, still attached to the graph.
     """
 
+    family = "rank"  # AP through soft bins (losses.registry)
+
     def __init__(self, num_bins: AtLeastTwoInt = 20, s_min: float = -1.0, s_max: float = 1.0,
                  include_query: bool = True):
         super().__init__()

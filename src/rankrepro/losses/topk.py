@@ -98,6 +98,8 @@ class TopKPrecisionLoss(torch.nn.Module):
     entry (the column ``self_index`` gives; what ``memory={"size": ..}`` passes) is removed. Cost O(B N) memory (top-k over [B, N]). Float32.
     """
 
+    family = "rank"  # the precision of the top k of the ranking (losses.registry)
+
     def __init__(
         self,
         k: PositiveInt = 5,

@@ -6,7 +6,6 @@ i, see :mod:`rankrepro.losses.baselines`) are never used."""
 from __future__ import annotations
 
 import torch
-from pytorch_metric_learning import distances as pml_distances
 
 from .inputs import clear_self_pairs
 from .rank import gather_relevant
@@ -83,6 +82,8 @@ def distance_weights(emb, ref, cutoff: float = 0.5, nonzero_loss_cutoff: float =
     DistanceWeightedMiner): d clamped below at ``cutoff``; log w = (2 - D) log d
     - (D - 3)/2 log(1 - d²/4); w = 0 where d >= ``nonzero_loss_cutoff``. Each row is
     scaled by its max (PML: the global max), which only matters against underflow."""
+    from pytorch_metric_learning import distances as pml_distances
+
     D = float(emb.shape[1])
     d = pml_distances.LpDistance(normalize_embeddings=True, p=2, power=1)(emb, ref).double()
     dc = d.clamp(min=cutoff)

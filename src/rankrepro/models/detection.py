@@ -18,7 +18,10 @@ stages it trains) under torchvision's FPN (P2-P6, 256 channels):
 * ``resnext101_32x4d`` -- ``ResNet(Bottleneck, [3, 4, 23, 3], groups=32, width_per_group=4)`` (torchvision
   has no 32x4d model); ImageNet weights: mmdet's ``open-mmlab://resnext101_32x4d`` =
   :data:`RESNEXT_URL`, whose key names (conv1, bn1, layerN.i.convK / bnK / downsample) are
-  torchvision's.
+  torchvision's;
+* ``resnet_tiny`` -- ``ResNet(BasicBlock, [1, 1, 1, 1])``, the retrieval registry's ``resnet_tiny``
+  (:func:`rankrepro.models.backbones.resnet_tiny`) as a detection trunk: the demo's detection rows
+  (no ImageNet weights: ``pretrained: none`` or a file; not a backbone of the papers).
 
 ``pretrained``: ``imagenet`` (the file above, from torch hub's checkpoint cache,
 :func:`rankrepro.models.backbones.hub_checkpoint`; torchvision's files are downloaded there when
@@ -40,7 +43,7 @@ from torch import nn
 from torchvision.models.detection import FasterRCNN
 from torchvision.models.detection.backbone_utils import BackboneWithFPN, _resnet_fpn_extractor
 from torchvision.models.detection.roi_heads import RoIHeads
-from torchvision.models.resnet import Bottleneck, ResNet
+from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 from torchvision.ops.misc import FrozenBatchNorm2d
 
 from rankrepro.models.backbones import hub_checkpoint, read_state_dict, torchvision_state_dict
@@ -54,14 +57,18 @@ __all__ = ["DETECTION_BACKBONES", "RESNEXT_URL", "RankRoIHeads", "build_detector
 #: mmdet's ``open-mmlab://resnext101_32x4d`` (mmcv's URL map; detection.md A.2)
 RESNEXT_URL = "https://download.openmmlab.com/pretrain/third_party/resnext101_32x4d-a5af3160.pth"
 
-#: backbone name -> torchvision's ImageNet weights enum (None: :data:`RESNEXT_URL`)
-DETECTION_BACKBONES = {"resnet50": "ResNet50_Weights", "resnet101": "ResNet101_Weights", "resnext101_32x4d": None}
+#: backbone name -> its ImageNet weights: torchvision's weights enum, the URL of a file (:data:`RESNEXT_URL`), or
+#: None (none: ``resnet_tiny``)
+DETECTION_BACKBONES = {"resnet50": "ResNet50_Weights", "resnet101": "ResNet101_Weights",
+                       "resnext101_32x4d": RESNEXT_URL, "resnet_tiny": None}
 
 
 def resnet_trunk(name: str) -> ResNet:
     """The ResNet of backbone ``name`` (:data:`DETECTION_BACKBONES`) with FrozenBatchNorm2d, random weights."""
     if name == "resnext101_32x4d":
         return ResNet(Bottleneck, [3, 4, 23, 3], groups=32, width_per_group=4, norm_layer=FrozenBatchNorm2d)
+    if name == "resnet_tiny":
+        return ResNet(BasicBlock, [1, 1, 1, 1], norm_layer=FrozenBatchNorm2d)
     if name not in DETECTION_BACKBONES:
         raise ValueError(f"unknown detection backbone {name!r}; known: {', '.join(DETECTION_BACKBONES)}")
     return getattr(torchvision.models, name)(norm_layer=FrozenBatchNorm2d)
@@ -69,16 +76,19 @@ def resnet_trunk(name: str) -> ResNet:
 
 def _imagenet_state(name: str) -> dict:
     """The ImageNet state dict of backbone ``name``, from torch hub's cache (module docstring)."""
-    if DETECTION_BACKBONES[name] is None:
-        path = hub_checkpoint(RESNEXT_URL.rsplit("/", 1)[1])
+    source = DETECTION_BACKBONES[name]
+    if source is None:
+        raise ValueError(f"backbone {name} has no ImageNet weights: use pretrained: none or the path of a state dict")
+    if source.startswith("https://"):
+        path = hub_checkpoint(source.rsplit("/", 1)[1])
         if not path.is_file():
             raise FileNotFoundError(
                 f"backbone {name}: pretrained: imagenet reads mmdet's ImageNet weights from {path}, which does not "
-                f"exist (not downloaded here). Download {RESNEXT_URL} into {path.parent} (torch hub's checkpoint "
+                f"exist (not downloaded here). Download {source} into {path.parent} (torch hub's checkpoint "
                 "cache, $TORCH_HOME/hub/checkpoints), or pass pretrained: <path to the file>; pretrained: none "
                 "initialises at random")
         return read_state_dict(path)
-    weights = getattr(torchvision.models, DETECTION_BACKBONES[name]).IMAGENET1K_V1
+    weights = getattr(torchvision.models, source).IMAGENET1K_V1
     try:
         return torchvision_state_dict(weights)
     except OSError as err:  # URLError offline, or a truncated download

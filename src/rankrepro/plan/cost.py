@@ -29,7 +29,9 @@ A run's estimate is training plus evaluation on one GPU of a kind (``--gpu``, de
   not counted), then those of the dataset it derives from or shares its source with (merge3 relabels SOP's
   images); a run whose training count is still unknown is listed as not estimated;
 - images/s: the GPU's throughput profile ``profiles/throughput/<gpu>.yaml`` (:func:`load_profile`: measured by
-  ``python -m rankrepro bench train`` on that GPU, or assumed figures marked ``measured: false``), one table per
+  ``python -m rankrepro bench train`` on that GPU, or assumed figures marked ``measured: false``), or a profile file
+  given instead (``cost --profile``, config ``cluster.profile``; :func:`load_profile_file`: e.g. the one
+  ``python -m rankrepro pilot`` measures, ``results/pilot/throughput.yaml``), one table per
   phase and precision (:data:`PRECISION_SUFFIX`): ``train`` and ``inference`` for mixed precision (``amp: fp16``
   or ``bf16``), ``train_fp32`` and ``inference_fp32`` for ``amp: none`` (float32; TF32 convolutions, cuDNN's
   default), evaluation running under the run's autocast too; at the nearest listed crop size, scaled by pixels:
@@ -60,7 +62,8 @@ from rankrepro.plan.model import Plan
 from rankrepro.tables.kinds import spec_kind
 
 __all__ = ["PROFILES_DIR", "PRECISION_SUFFIX", "ProfileError", "load_profile", "images_per_s", "split_images",
-           "train_class_sizes", "ClassSizes", "run_cost", "plan_cost", "to_text"]
+           "train_class_sizes", "ClassSizes", "run_cost", "plan_cost", "to_text", "load_profile_file",
+           "config_manifest"]
 
 PROFILES_DIR = Path(__file__).resolve().parents[3] / "profiles" / "throughput"
 
@@ -124,6 +127,16 @@ def load_profile(gpu: str, profiles_dir: str | Path = PROFILES_DIR) -> dict:
         raise ProfileError(f"no throughput profile for GPU kind {gpu!r}: {path} does not exist; the profiles in "
                            f"{profiles_dir}: {', '.join(kinds) or '(none)'} (python -m rankrepro bench train on "
                            "that GPU writes one)")
+    return load_profile_file(path)
+
+
+def load_profile_file(path: str | Path) -> dict:
+    """The throughput profile in file ``path`` (:func:`load_profile`'s form: ``python -m rankrepro pilot`` writes
+    one, ``results/pilot/throughput.yaml``), checked, with its ``path``; a missing file names it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProfileError(f"throughput profile {path} does not exist (python -m rankrepro pilot writes "
+                           "results/pilot/throughput.yaml)", brief=f"no throughput profile {shown_path(path)}")
     profile = load_yaml(path)
     if not isinstance(profile, dict):
         raise ProfileError(f"{path}: a throughput profile is a mapping (gpu, measured, {', '.join(PROFILE_TABLES)}), "
@@ -213,7 +226,7 @@ def manifest_counts(meta: Path) -> tuple[dict[str, int], bool]:
     return counts, bool(record.get("replica", False))
 
 
-def _config_manifest(name: str, datasets: dict[str, dict], results: str | Path):
+def config_manifest(name: str, datasets: dict[str, dict], results: str | Path):
     """``(meta.json, {split: images}, where)`` of dataset ``name``'s prepared manifest when it was prepared from the
     config's source; ``(meta.json, None, why it is ignored)`` when it was not; ``(meta.json, None, "")`` without one."""
     meta = Path(results) / "manifests" / name / "meta.json"
@@ -231,7 +244,7 @@ def split_images(name: str, datasets: dict[str, dict], results: str | Path = "re
     "config"}}``, for ``derived_from``, ``source`` and the config's ``replica``); the order is the module
     docstring's."""
     facts = {n: d.get("facts", {}) for n, d in datasets.items()}
-    _, counts, note = _config_manifest(name, datasets, results)
+    _, counts, note = config_manifest(name, datasets, results)
     if counts is not None:
         return counts, note
     ignored = f" ({note})" if note else ""
@@ -261,7 +274,7 @@ def train_class_sizes(run: dict, datasets: dict[str, dict], results: str | Path 
     if sampler.get("name") != "m_per_class":
         return None
     name, split = run["dataset"], run.get("train_split", "train")
-    meta, counts, _ = _config_manifest(name, datasets, results)
+    meta, counts, _ = config_manifest(name, datasets, results)
     if counts is not None:
         return _manifest_class_sizes(meta.parent, split)
     if not sampler.get("reduce_per_class"):
@@ -343,10 +356,11 @@ def _sum(costs: dict[str, dict], ids) -> dict:
 
 
 def plan_cost(plan: Plan | dict, gpu: str = "h100", results: str | Path = "results",
-              profiles_dir: str | Path = PROFILES_DIR) -> dict:
-    """Every run's, table's and paper's estimate on ``gpu`` and the total (each run once; module docstring)."""
+              profiles_dir: str | Path = PROFILES_DIR, profile_file: str | Path | None = None) -> dict:
+    """Every run's, table's and paper's estimate on ``gpu`` and the total (each run once; module docstring);
+    ``profile_file``: a profile file priced with instead of ``gpu``'s (:func:`load_profile_file`)."""
     plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
-    profile = load_profile(gpu, profiles_dir)
+    profile = load_profile_file(profile_file) if profile_file else load_profile(gpu, profiles_dir)
     counts = {name: split_images(name, plan.datasets, results)
               for name in {d for r in plan.runs.values() for d in (r["dataset"], *r["eval"].get("datasets", []))}}
     sizes = ClassSizes(plan.datasets, results)

@@ -15,7 +15,7 @@ test curve, ``eval.every``, as it goes) and evaluates it at the end with ``runti
     runtime = min(runtime_max, max(runtime_min, ceil(hours x 60 x runtime_safety + runtime_margin_min)))
 
 ``train_h`` and one evaluation (``eval_h / evaluations``) are :func:`rankrepro.plan.cost.run_cost`'s, on the
-throughput profile of ``cluster.gpu`` with :func:`~rankrepro.plan.cost.split_images`'s image counts (the prepared
+throughput profile of ``cluster.gpu`` (or the file ``cluster.profile`` names: the pilot's measured one) with :func:`~rankrepro.plan.cost.split_images`'s image counts (the prepared
 manifest's when it was prepared from the config's source -- never the demo's replicas for real datasets --, else
 the declared ones; a manifest without readable counts is a :class:`PlanError` naming it; an epoch counted as
 :func:`~rankrepro.plan.cost.epoch_images` counts it, a sampler's per-class cap included): the figures
@@ -58,7 +58,8 @@ from pathlib import Path
 from rankrepro.record.runtime import TrainRuntime
 from rankrepro.record.selection import curve_epochs
 from rankrepro.data.manifest import ManifestError
-from rankrepro.plan.cost import PROFILES_DIR, ClassSizes, ProfileError, load_profile, run_cost, split_images
+from rankrepro.plan.cost import (PROFILES_DIR, ClassSizes, ProfileError, load_profile, load_profile_file, run_cost,
+                                 split_images)
 from rankrepro.plan.model import Plan
 from rankrepro.plan.schema import PlanError, fill_schema_defaults, load_schema, validate
 
@@ -131,9 +132,10 @@ class ClusterResources:
         self.settings = cluster_settings(cluster)
         self.plan, self.runtime, self.results = plan, runtime, results
         try:
-            self.profile = load_profile(self.settings["gpu"], profiles_dir)
+            self.profile = (load_profile_file(self.settings["profile"]) if self.settings["profile"]
+                            else load_profile(self.settings["gpu"], profiles_dir))
         except ProfileError as err:
-            raise PlanError(f"cluster.gpu: {err}") from None
+            raise PlanError(f"cluster.{'profile' if self.settings['profile'] else 'gpu'}: {err}") from None
         self._counts: dict[tuple[str, bool], dict[str, int]] = {}
         self._class_sizes: dict[bool, ClassSizes] = {}
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from rankrepro.io import atomic_write_text
 
-__all__ = ["BEST", "SECOND", "TEX_CHARS", "csv_text", "group_spans", "html_mark", "html_text", "md_cell", "md_mark",
-           "md_row", "md_rule", "numbers_csv", "paper_number", "parse_number", "read_table_csv", "tex_escape",
-           "tex_mark", "tex_text", "write_outputs"]
+__all__ = ["BEST", "SECOND", "TEX_CHARS", "csv_text", "group_spans", "html_mark", "html_text", "markdown_html",
+           "md_cell", "md_mark", "md_row", "md_rule", "numbers_csv", "paper_number", "parse_number", "read_table_csv",
+           "tex_escape", "tex_mark", "tex_text", "write_outputs"]
 
 #: a value's mark: the best of its column (bold) or the second best (underlined)
 BEST, SECOND = "best", "second"
@@ -137,7 +137,7 @@ TEX_CHARS = {
     "λ": r"$\lambda$", "μ": r"$\mu$", "ρ": r"$\rho$", "σ": r"$\sigma$", "τ": r"$\tau$", "Σ": r"$\Sigma$",
     "Δ": r"$\Delta$", "†": r"\textdagger{}", "‡": r"\textdaggerdbl{}", "×": r"$\times$", "±": r"$\pm$",
     "≤": r"$\leq$", "≥": r"$\geq$", "−": "-", "ℓ": r"$\ell$", "→": r"$\rightarrow$", "·": r"$\cdot$",
-    "✓": r"$\checkmark$", "✗": r"$\times$",  # \checkmark: amssymb
+    "✓": r"$\checkmark$", "✗": r"$\times$", "≈": r"$\approx$",  # \checkmark: amssymb
 }
 
 
@@ -216,6 +216,54 @@ def html_text(text) -> str:
 def html_mark(text: str, mark: str | None) -> str:
     """A value as the rendered tables mark it (their CSV's ``paper_mark`` / ``ours_mark``)."""
     return {BEST: f"<b>{text}</b>", SECOND: f"<u>{text}</u>"}.get(mark or "", text)
+
+
+#: a cell separator of a Markdown pipe table: a pipe not escaped (:func:`rankrepro.tables.formats.md_cell`)
+_PIPE = re.compile(r"(?<!\\)\|")
+
+
+def _inline(text: str) -> str:
+    """Markdown inline markup of the index (code, bold, links, escaped pipes) as HTML."""
+    out = html.escape(text, quote=False)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
+    out = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', out)
+    return out.replace("\\|", "|")
+
+
+def markdown_html(text: str, title: str = "results") -> str:
+    """The subset of Markdown the results index, the recipe cards and the leaderboards' pages write (headings,
+    paragraphs, lists, pipe tables, code, bold, links) as a standalone HTML page."""
+    body, i, lines = [], 0, text.splitlines()
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            body.append(f"<h{level}>{_inline(line[level:].strip())}</h{level}>")
+        elif line.startswith("|"):
+            rows = []
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append([c.strip() for c in _PIPE.split(lines[i].strip()[1:-1])])
+                i += 1
+            head, data = rows[0], [r for r in rows[1:] if not all(set(c) <= set("-:") for c in r)]
+            body.append("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"
+                        + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in data)
+                        + "</table>")
+            continue
+        elif line.startswith("- "):
+            items = []
+            while i < len(lines) and lines[i].startswith("- "):
+                items.append(f"<li>{_inline(lines[i][2:])}</li>")
+                i += 1
+            body.append("<ul>" + "".join(items) + "</ul>")
+            continue
+        elif line.strip():
+            body.append(f"<p>{_inline(line)}</p>")
+        i += 1
+    style = ("body{font-family:sans-serif;font-size:14px;max-width:70em}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:2px 6px}code{background:#f3f3f3}")
+    return (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
 # ---------------------------------------------------------------------------------- files

@@ -1,4 +1,5 @@
-"""The results index (``results/README.md``) and an HTML rendering of each table for the report.
+"""The results index (``results/README.md``, and as HTML: :func:`~rankrepro.tables.formats.markdown_html`) and an
+HTML rendering of each table for the report.
 
 For every table of every paper in the plan (``results/plan/plan.json``), its entry from its CSV
 (:mod:`rankrepro.tables.render`) and its plan cells, as its kind gives it
@@ -14,6 +15,10 @@ the total counts it once. **est. GPU h** beside them is the estimate before runn
 cells, per table and in the total. **best − last**
 is the mean gap, in points, between the best epoch on the test set and the last epoch over a table's
 cells with a test curve (the total: over every such cell), the optimism of the papers' model selection.
+**Leaderboards** (tables of kind ``leaderboard``, :mod:`rankrepro.tables.kinds.leaderboard`: our own benchmark,
+not a paper's) have a section of their own, apart from the papers' tables: their cells have no paper number to
+reproduce and count in none of the papers' totals (cells, reproduced, within one point, pending); their runs
+count in the runs and hours, each once.
 
 Links are relative to ``results/`` (the index's folder).
 """
@@ -21,7 +26,6 @@ Links are relative to ``results/`` (the index's folder).
 from __future__ import annotations
 
 import csv
-import html
 import json
 import re
 from collections import Counter
@@ -32,17 +36,21 @@ from rankrepro.io import atomic_write_text
 from rankrepro.data.manifest import ManifestError
 from rankrepro.plan.cost import ProfileError, plan_cost
 from rankrepro.plan.model import Plan, TablePlan, as_table_plan
-from rankrepro.tables.formats import md_cell, parse_number
+from rankrepro.tables.formats import markdown_html, md_cell, parse_number
 from rankrepro.tables.kinds.base import WITHIN
+from rankrepro.tables.kinds.leaderboard import SUMMARY
 from rankrepro.tables.kinds.static import STATIC_DATA
 
 #: the GPU kind of the index's estimate (profiles/throughput/<kind>.yaml)
 ESTIMATE_GPU = "h100"
+#: the table kind listed apart from the papers' tables (module docstring)
+LEADERBOARD = "leaderboard"
 
 LAYOUT = """\
 - `manifests/<dataset>/` — manifest.csv + meta.json per prepared dataset
 - `runs/<run_id>/` — run.json, history.csv, model.pt (unless `runtime.keep_model: false`), metrics.json (checkpoint.pt while training), curve.png (`runtime.curves`); curve.csv (the test curve, runs with `eval.every`)
 - `tables/<paper>/<table>.{md,csv,tex,html}` — paper tables, paper number beside ours; `tables/<paper>/scatter.png`
+- `tables/<benchmark>/<dataset>.{md,csv,tex,html,png}`, `tables/<benchmark>/summary.{md,csv,html}` — the leaderboards (config `benchmarks`), their plots and summary across datasets
 - `synthetic/<name>.{md,json,png}` — results that need no image dataset
 - `hgldv2/` — the H-GLDv2 labels rebuilt, and their comparison with the release
 - `recipes.{md,html}` — every run's recipe card: its resolved values and where each came from
@@ -116,7 +124,7 @@ def build_index(plan: Plan | dict, results_dir: str | Path) -> dict:
     users: Counter = Counter(r for t in plan.tables.values() for r in set(t.runs))
     shared = {r for r, n in users.items() if n > 1}
     hours = {rid: run_hours(results_dir / "runs" / rid) for rid in users}
-    tables, figures = [], []
+    tables, figures, leaderboards = [], [], []
     for key, table in sorted(plan.tables.items(), key=lambda item: natural_key(item[0])):
         csv_path = results_dir / "tables" / f"{key}.csv"
         kind = table.kind
@@ -126,6 +134,11 @@ def build_index(plan: Plan | dict, results_dir: str | Path) -> dict:
         if not rows:  # not rendered yet (or no numbers): every cell is pending
             entry["reasons"] = dict(Counter(c.get("pending") or "table not rendered yet" for c in table.cells))
             entry["pending"] = entry["cells"] = len(table.cells)
+        if kind.name == LEADERBOARD:  # apart from the papers' tables (module docstring)
+            entry["plot"] = (results_dir / "tables" / f"{key}.png").is_file()
+            entry["ncol"] = len(table.spec["columns"])  # a row's cells: one per metric
+            leaderboards.append(entry)
+            continue
         tables.append(entry)
         if (results_dir / "tables" / f"{key}.png").is_file():  # a sweep's plot
             figures.append(key)
@@ -135,11 +148,14 @@ def build_index(plan: Plan | dict, results_dir: str | Path) -> dict:
         estimate = {"error": err.brief}
     except ManifestError as err:
         estimate = {"error": str(err)}
-    for entry in tables:
+    for entry in tables + leaderboards:
         entry["est_gpu_h"] = estimate.get("tables", {}).get(f"{entry['paper']}/{entry['table']}")
     synthetic = list(plan.synthetic.get("names", []))
     return {
-        "tables": tables, "shared": sorted(shared), "estimate": {k: v for k, v in estimate.items() if k != "runs"},
+        "tables": tables, "leaderboards": leaderboards, "shared": sorted(shared),
+        "summaries": sorted({e["paper"] for e in leaderboards
+                             if (results_dir / "tables" / e["paper"] / f"{SUMMARY}.md").is_file()}),
+        "estimate": {k: v for k, v in estimate.items() if k != "runs"},
         "total": {
             "tables": len(tables), "papers": len({t["paper"] for t in tables}),
             "cells": sum(t["cells"] for t in tables), "reproduced": sum(t["reproduced"] for t in tables),
@@ -256,6 +272,7 @@ def to_markdown(index: dict) -> str:
         for e in pending:
             lines.append(f"- **{e['paper']} {e['table']}**: " + "; ".join(
                 f"{n} × {reason}" for reason, n in e["reasons"].items()))
+    lines += _leaderboard_lines(index)
     if index["shared"]:
         lines += ["", "Runs shared by several tables (their hours count in each): "
                   + ", ".join(f"`{r}`" for r in index["shared"]) + "."]
@@ -291,6 +308,32 @@ def to_markdown(index: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _leaderboard_lines(index: dict) -> list[str]:
+    """The index's section of the leaderboards (module docstring); [] without any planned."""
+    if not index.get("leaderboards"):
+        return []
+    lines = ["", "## Leaderboards", "",
+             ("Our own benchmark, apart from the papers' tables (config `benchmarks`; docs/planning.md \"Leaderboards: "
+              "under one roof\"): every registered retrieval loss on one dataset under one recipe, mean ± std over "
+              "seeds, ranked, each loss tested against the best (Welch t-test). Its cells have no paper number: they "
+              "count in none of the totals above. Losses: the leaderboard's rows; ranked: those with a number."), ""]
+    if index.get("summaries"):
+        lines += ["Summary across datasets (each loss's rank per dataset, mean rank): " + ", ".join(
+            f"[{b}](tables/{b}/{SUMMARY}.md)" for b in index["summaries"]), ""]
+    lines += ["| benchmark | dataset | files | data | losses | ranked | pending cells | runs | GPU h | CPU h "
+              "| est. GPU h |", "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for e in index["leaderboards"]:
+        key = f"{e['paper']}/{e['table']}"
+        files = (f"[md](tables/{key}.md) · [csv](tables/{key}.csv) · [tex](tables/{key}.tex)"
+                 + (f" · [plot](tables/{key}.png)" if e.get("plot") else "") if e["built"] else "not built yet")
+        ncol = e["ncol"]
+        runs = f"{e['finished']}/{e['runs']}" + (f" ({e['shared']} shared)" if e["shared"] else "")
+        lines.append(f"| {md_cell(e['paper'])} | {md_cell(e['table'] + ': ' + e['title'])} | {files} | {e['data']} | "
+                     f"{e['cells'] // ncol} | {e['reproduced'] // ncol} | {e['pending']} | {runs} | "
+                     f"{_hours(e['gpu_h'])} | {_hours(e['cpu_h'])} | {_estimated(e.get('est_gpu_h'))} |")
+    return lines
+
+
 def write_index(plan_path: str | Path, results_dir: str | Path, out: str | Path,
                 html_out: str | Path | None = None) -> dict:
     """Write the index of ``plan_path``'s tables (see :func:`build_index`) to ``out`` (Markdown) and
@@ -318,54 +361,3 @@ def write_table_html(table_plan_path: str | Path, table_csv: str | Path, out: st
     """The HTML page of a table (its plan's JSON file and its rendered CSV) to ``out``."""
     table = TablePlan.load(table_plan_path)
     atomic_write_text(out, table.kind.html(table, table.kind.read_rows(table_csv)))
-
-
-# ----------------------------------------------------------------------- index as html
-
-
-#: a cell separator of a Markdown pipe table: a pipe not escaped (:func:`rankrepro.tables.formats.md_cell`)
-_PIPE = re.compile(r"(?<!\\)\|")
-
-
-def _inline(text: str) -> str:
-    """Markdown inline markup of the index (code, bold, links, escaped pipes) as HTML."""
-    out = html.escape(text, quote=False)
-    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
-    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
-    out = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', out)
-    return out.replace("\\|", "|")
-
-
-def markdown_html(text: str, title: str = "results") -> str:
-    """The subset of Markdown :func:`to_markdown` writes (headings, paragraphs, lists, pipe tables,
-    code, bold, links) as a standalone HTML page."""
-    body, i, lines = [], 0, text.splitlines()
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            body.append(f"<h{level}>{_inline(line[level:].strip())}</h{level}>")
-        elif line.startswith("|"):
-            rows = []
-            while i < len(lines) and lines[i].startswith("|"):
-                rows.append([c.strip() for c in _PIPE.split(lines[i].strip()[1:-1])])
-                i += 1
-            head, data = rows[0], [r for r in rows[1:] if not all(set(c) <= set("-:") for c in r)]
-            body.append("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"
-                        + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in data)
-                        + "</table>")
-            continue
-        elif line.startswith("- "):
-            items = []
-            while i < len(lines) and lines[i].startswith("- "):
-                items.append(f"<li>{_inline(lines[i][2:])}</li>")
-                i += 1
-            body.append("<ul>" + "".join(items) + "</ul>")
-            continue
-        elif line.strip():
-            body.append(f"<p>{_inline(line)}</p>")
-        i += 1
-    style = ("body{font-family:sans-serif;font-size:14px;max-width:70em}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:2px 6px}code{background:#f3f3f3}")
-    return (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -9,6 +9,10 @@
   per reproduced cell, x = the paper's number, y = ours, one marker per table, the line y = x and
   the ±1 point band: ``results/tables/<paper>/scatter.png`` (static tables, the paper's text with
   no "ours", and variant rows, :mod:`rankrepro.plan.variants`, are left out).
+- :func:`leaderboard_plot`: a leaderboard's CSV (:mod:`rankrepro.tables.kinds.leaderboard`), one point per loss
+  with a number, x = R@1, y = mAP@R (means over the seeds, percent), error bars = their sample standard deviations
+  over the seeds, one colour per loss family (the loss's declared ``family``: :mod:`rankrepro.losses.registry`),
+  a triangle for a hierarchical loss, each point named: ``results/tables/<benchmark>/<dataset>.png``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 
 from rankrepro.record.selection import CURVE_FILE, read_curve
 from rankrepro.io import atomic_path
+from rankrepro.tables.kinds.base import TableError
 
 #: history.csv columns that are not curves (bookkeeping) or get their own panel
 # (and the lr_<group> columns, on the learning-rate panel)
@@ -144,7 +149,8 @@ def _test_curve(ax, curve: list[dict], best: dict, style: dict) -> None:
     ax.legend(fontsize=8)
 
 
-def _csv_rows(path: str | Path) -> list[dict]:
+def csv_rows(path: str | Path) -> list[dict]:
+    """The rows of a CSV file as dicts (text values)."""
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
 
@@ -153,7 +159,7 @@ def scatter_points(table_csv: str | Path) -> list[tuple[float, float, str]]:
     """``(paper, ours, label)`` for every cell of a paper row of a rendered table with both numbers, in percent (a
     column printed as a fraction, ``unit: fraction``, times 100, so it shares the percent axes)."""
     points = []
-    for row in _csv_rows(table_csv):
+    for row in csv_rows(table_csv):
         paper, ours = _number(row.get("paper")), _number(row.get("ours"))
         if paper is not None and ours is not None and row.get("status") != "cited" and not row.get("variant"):
             if row.get("unit") == "fraction":
@@ -204,7 +210,7 @@ def paper_scatter(paper: str, table_csvs: list[str | Path], out: str | Path) -> 
     plt = _pyplot()
     percent, counts, replica = [], [], False
     for path in table_csvs:
-        rows = _csv_rows(path)
+        rows = csv_rows(path)
         if rows and "ours" not in rows[0]:  # a static table (the paper's text): nothing to compare
             continue
         replica |= any(r.get("replica") == "True" for r in rows)
@@ -220,6 +226,65 @@ def paper_scatter(paper: str, table_csvs: list[str | Path], out: str | Path) -> 
             ax.set_title("dataset statistics (counts)" if is_counts else "metrics (percent)", fontsize=9)
     fig.suptitle(f"{paper}: paper vs ours, {n} reproduced cells" + ("\n(replica data: meaningless)" if replica else ""),
                  fontsize=10)
+    fig.tight_layout()
+    try:
+        return _save(fig, out)
+    finally:
+        plt.close(fig)
+
+
+#: a leaderboard plot's axes: the metric of each (its CSV's ``metric``)
+LEADERBOARD_AXES = ("R@1", "mAP@R")
+#: a loss family's colour (:data:`rankrepro.losses.registry.FAMILIES`); a loss declaring none is grey
+FAMILY_COLOURS = {"pair": "tab:blue", "proxy": "tab:orange", "rank": "tab:green"}
+NO_FAMILY = "no family declared"
+
+
+def leaderboard_points(table_csv: str | Path) -> list[dict]:
+    """``{"loss", "family", "hierarchical", "x", "x_std", "y", "y_std"}`` per loss of a leaderboard's CSV with a
+    number on both axes (:data:`LEADERBOARD_AXES`; std 0 with one seed); a CSV without either metric fails
+    naming the file."""
+    rows = csv_rows(table_csv)
+    present = {r.get("metric") for r in rows}
+    missing = [m for m in LEADERBOARD_AXES if m not in present]
+    if missing or (rows and "family" not in rows[0]):
+        raise TableError(f"{table_csv}: not a leaderboard's CSV with {' and '.join(LEADERBOARD_AXES)} (missing: "
+                         f"{', '.join(missing) or 'the family column'}); render it with the table rule first")
+    by_loss: dict[str, dict] = {}
+    for row in rows:
+        entry = by_loss.setdefault(row["method"], {"loss": row["method"], "family": row.get("family") or "",
+                                                   "hierarchical": row.get("hierarchical") == "True"})
+        if row["metric"] in LEADERBOARD_AXES:
+            axis = "x" if row["metric"] == LEADERBOARD_AXES[0] else "y"
+            entry[axis], entry[f"{axis}_std"] = _number(row.get("ours")), _number(row.get("std")) or 0.0
+    return [e for e in by_loss.values() if e.get("x") is not None and e.get("y") is not None]
+
+
+def leaderboard_plot(table_csv: str | Path, out: str | Path, title: str) -> Path:
+    """Plot a leaderboard (see the module docstring) to ``out`` (PNG), titled ``title``."""
+    plt = _pyplot()
+    points = leaderboard_points(table_csv)
+    replica = any(r.get("replica") == "True" for r in csv_rows(table_csv))
+    fig, ax = plt.subplots(figsize=(7.5, 6.0))
+    seen = set()
+    for p in points:
+        family = p["family"] if p["family"] in FAMILY_COLOURS else NO_FAMILY
+        colour = FAMILY_COLOURS.get(family, "0.5")
+        ax.errorbar(p["x"], p["y"], xerr=p["x_std"], yerr=p["y_std"], fmt="^" if p["hierarchical"] else "o",
+                    color=colour, ecolor=colour, elinewidth=1, capsize=2, markersize=6,
+                    label=family if family not in seen else None)
+        seen.add(family)
+        ax.annotate(p["loss"], (p["x"], p["y"]), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    if any(p["hierarchical"] for p in points):
+        ax.plot([], [], "^", color="0.3", label="hierarchical loss (triangle)")
+    if not points:
+        ax.text(0.5, 0.5, "no loss has a number yet", ha="center", va="center", transform=ax.transAxes)
+    else:
+        ax.legend(fontsize=8, title="loss family", title_fontsize=8)
+    ax.set(xlabel=f"{LEADERBOARD_AXES[0]} (percent, mean ± std over seeds)",
+           ylabel=f"{LEADERBOARD_AXES[1]} (percent, mean ± std over seeds)")
+    ax.grid(alpha=0.3)
+    fig.suptitle(f"{title}: {len(points)} losses" + ("\n(replica data: meaningless)" if replica else ""), fontsize=10)
     fig.tight_layout()
     try:
         return _save(fig, out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rankrepro.plan.schema import PlanError
 from rankrepro.plan.targets.common import RECIPES_HTML, RECIPES_MD, TargetError, run_dir
+from rankrepro.tables.kinds.leaderboard import LEADERBOARDS, SUMMARY
 
 
 class TableTargets:
@@ -86,16 +87,63 @@ class TableTargets:
 
     def report_outputs(self) -> list[str]:
         """What the report shows, besides the index: an HTML page per table, a training curve per run
-        of a table (runtime.curves), a paper-vs-ours scatter per paper, the plot of each sweep, the recipe cards."""
+        of a table (runtime.curves), a paper-vs-ours scatter per paper (not per leaderboard benchmark: it has no paper numbers),
+        the plot of each sweep and of each leaderboard, each benchmark's summary page, the recipe cards."""
+        benchmarks = self.leaderboard_benchmarks()
         return ([f"results/tables/{key}.html" for key in self.plan.tables]
                 + [self.curve_file(rid) for rids in self.curve_runs().values() for rid in rids]
-                + [f"results/tables/{paper}/scatter.png" for paper in self.plan.papers()]
-                + self.sweep_outputs() + [RECIPES_HTML])
+                + [f"results/tables/{paper}/scatter.png" for paper in self.plan.papers() if paper not in benchmarks]
+                + self.sweep_outputs() + self.leaderboard_plots()
+                + [f"results/tables/{b}/{SUMMARY}.html" for b in benchmarks] + [RECIPES_HTML])
+
+    # --------------------------------------------------------------------- leaderboards (issue 36)
+
+    def leaderboard_tables(self) -> list[str]:
+        """The planned leaderboards ("<benchmark>/<dataset>", kind leaderboard)."""
+        return self.plan.tables_of_kind("leaderboard")
+
+    def leaderboard_benchmarks(self) -> list[str]:
+        """The benchmarks (the leaderboards' "paper": roof) with a planned leaderboard, in plan order."""
+        return list(dict.fromkeys(self.plan.tables[key].paper for key in self.leaderboard_tables()))
+
+    def leaderboard_plots(self) -> list[str]:
+        """Each planned leaderboard's plot (results/tables/<benchmark>/<dataset>.png)."""
+        return [path for key in self.leaderboard_tables() for path in self.plan.tables[key].figures()]
+
+    def leaderboard_outputs(self) -> list[str]:
+        """The leaderboards' pages besides their tables: the plots, each benchmark's summary (md, csv, html)."""
+        return self.leaderboard_plots() + [f"results/tables/{b}/{SUMMARY}.{ext}" for b in self.leaderboard_benchmarks()
+                                           for ext in ("md", "csv", "html")]
+
+    def leaderboard_pattern(self) -> str:
+        """The leaderboard plot's {table} wildcard: the planned leaderboards' names only."""
+        return "|".join(sorted({self.plan.tables[key].table for key in self.leaderboard_tables()})) or "(?!)"
+
+    def benchmark_pattern(self) -> str:
+        """The leaderboard rules' {paper} wildcard: the planned benchmarks only."""
+        return "|".join(sorted(self.leaderboard_benchmarks())) or "(?!)"
+
+    def leaderboard_csvs(self, wildcards) -> list[str]:
+        """The CSVs of benchmark {paper}'s planned leaderboards (what its summary reads)."""
+        keys = [key for key in self.leaderboard_tables() if self.plan.tables[key].paper == wildcards.paper]
+        if not keys:
+            raise TargetError(f"no leaderboard of benchmark {wildcards.paper!r} is planned (config benchmarks)")
+        return [f"results/tables/{key}.csv" for key in keys]
+
+    def leaderboard_title(self, wildcards) -> str:
+        """The plot's title: the leaderboard's spec title."""
+        return self.planned_table(wildcards).title
+
+    def table_category(self, wildcards) -> str:
+        """The report category of a table's page: its paper, or "Leaderboards" for a leaderboard (apart from the
+        papers' tables)."""
+        return LEADERBOARDS if self.planned_table(wildcards).kind.name == "leaderboard" else wildcards.paper
 
     def index_inputs(self) -> list[str]:
         """Everything results/README.md summarises or links: every table's CSV, the runs' records, the
-        synthetic results, the H-GLDv2 comparison, the recipe cards, and the figures it links."""
-        return (self.table_outputs()
+        synthetic results, the H-GLDv2 comparison, the recipe cards, the leaderboards' pages and the figures it
+        links."""
+        return (self.table_outputs() + self.leaderboard_outputs()
                 + [f"{run_dir(rid)}/{name}" for rid in self.plan.table_runs()
                    for name in ("history.csv", "metrics.json")]
                 + self.synthetic_outputs() + self.hgldv2_outputs() + [RECIPES_MD] + self.report_outputs())

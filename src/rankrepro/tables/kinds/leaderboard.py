@@ -12,7 +12,8 @@ as a runs table (:class:`~rankrepro.tables.kinds.runs.RunsTable`: the same run i
   (:mod:`rankrepro.losses.registry`) only where the dataset declares two label levels or more (its facts'
   ``levels``). A newly registered loss is a new row once the catalog records it; each row's loss block is its
   name alone, so its hyper-parameters are its registered defaults (filled by the planner) and the data sizes
-  its builder takes (class counts) come from the training set;
+  its builder takes (class counts) come from the training set; each row records the loss's ``family`` and
+  ``hierarchical`` (the catalog's: the plot's colour and marker);
 - **columns** (:func:`metric_columns`): one per metric, all of the setup, the spec's ``per_loss`` in their
   ``run`` block (the same block in every column: a row's columns share its runs).
 
@@ -24,9 +25,14 @@ Rendered (:meth:`LeaderboardTable.render`): ``<prefix>.csv`` holds a runs table'
 the seeds of the epoch ``eval.select`` chooses, the last by default; ``std`` the sample standard deviation;
 ``last``/``best``: the last epoch's and the best epoch's on the test set, shown, never ranked on) with each
 entry's ``rank``: the rank of its row by the first metric's ours (standard competition ranking, 1 = best;
-empty without a number); ``paper`` is empty (the losses' paper-reported numbers are not transcribed yet).
-``<prefix>.md`` is the leaderboard, best first: rank, loss, ours ± std per metric and the best-on-test numbers
-beside them where a test curve found a better epoch; ``<prefix>.tex`` a runs table's LaTeX.
+empty without a number), ``vs_best`` and ``p_value``: whether the loss is within noise of the best loss of
+that column (:mod:`rankrepro.tables.significance`: a two-sided Welch t-test over the seeds), and the row's
+``family`` and ``hierarchical``; ``paper`` is empty (the losses' paper-reported numbers are not transcribed yet).
+``<prefix>.md`` is the leaderboard, best first: rank, loss, ours ± std and the verdict against the column's best
+per metric, the best-on-test numbers beside them where a test curve found a better epoch; ``<prefix>.tex`` the
+same leaderboard in LaTeX (rank, loss, ours ± std per metric, the best bold, within noise marked ≈). The plot
+(:func:`rankrepro.tables.plots.leaderboard_plot`, ``<prefix>.png``) and the summary across datasets
+(:mod:`rankrepro.tables.leaderboard_summary`) read the CSV.
 """
 
 from __future__ import annotations
@@ -36,20 +42,27 @@ import re
 from rankrepro.plan.merge import merge_layers
 from rankrepro.plan.schema import PlanError
 from rankrepro.plan.setups import check_per_loss, setup_layers
-from rankrepro.tables.formats import markdown_page, numbers_csv, write_outputs
+from rankrepro.tables.formats import (REPLICA_TEX, latex_table, markdown_html, markdown_page, numbers_csv, parse_number,
+                                      tex_escape, write_outputs)
 from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import REPLICA_NOTE, KindPlan
-from rankrepro.tables.kinds.runs import (RunsTable, _number, cell_values, other_column, selection_note, table_rows,
-                                         to_latex)
+from rankrepro.tables.kinds.runs import (RunsTable, _number, cell_values, other_column, selection_note, shown_epoch,
+                                         table_rows)
+from rankrepro.tables.significance import BEST, TEST, WITHIN, noise_verdicts, verdict_text
 
-__all__ = ["DEFAULT_SEEDS", "LeaderboardTable", "hierarchical_dataset", "loss_rows", "metric_columns", "rank_rows",
-           "supports"]
+__all__ = ["DEFAULT_SEEDS", "LEADERBOARDS", "SUMMARY", "LeaderboardTable", "hierarchical_dataset", "loss_rows",
+           "mark_noise", "metric_columns", "rank_rows", "supports"]
 
 #: the seeds of a leaderboard whose spec lists none [our choice: three restarts, as RaMBO reports; the config's
 #: ``seeds`` replace them]
 DEFAULT_SEEDS = (0, 1, 2)
 #: the catalog's task of a loss that declares none (:data:`rankrepro.losses.registry.RETRIEVAL`, without torch)
 RETRIEVAL = "retrieval"
+#: the name of a benchmark's summary across datasets (``results/tables/<benchmark>/summary.{md,csv}``): no table
+#: of a leaderboard benchmark may bear it
+SUMMARY = "summary"
+#: the results index's section and the report's category of the leaderboards (apart from the papers' tables)
+LEADERBOARDS = "Leaderboards"
 
 
 def hierarchical_dataset(facts: dict) -> bool:
@@ -65,9 +78,11 @@ def supports(loss: dict, facts: dict) -> bool:
 
 def loss_rows(catalog: dict, dataset: str, ncol: int) -> list[dict]:
     """The rows of ``dataset``'s leaderboard: every loss of the catalog it supports (:func:`supports`), sorted,
-    each ``{"method", "loss": {"name"}, "paper"}`` (``paper``: ``ncol`` nulls)."""
+    each ``{"method", "loss": {"name"}, "paper", "family", "hierarchical"}`` (``paper``: ``ncol`` nulls;
+    ``family``: the loss's declared family, None where it declares none)."""
     facts = catalog["dataset"][dataset]["facts"]
-    return [{"method": name, "loss": {"name": name}, "paper": [None] * ncol}
+    return [{"method": name, "loss": {"name": name}, "paper": [None] * ncol, "family": entry.get("family"),
+             "hierarchical": bool(entry.get("hierarchical"))}
             for name, entry in sorted(catalog["loss"].items()) if supports(entry, facts)]
 
 
@@ -91,24 +106,73 @@ def rank_rows(rows: list[dict], ncol: int) -> None:
             entry["rank"] = rank
 
 
-def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
-    """The leaderboard page: rows by rank (rows without a number last, by name), ours ± std per metric, the
-    best-on-test numbers beside them where some differ from the last epoch's (never ranked on)."""
-    ncol = len(spec["metrics"])
+def mark_noise(rows: list[dict], values: dict, ncol: int) -> None:
+    """Add ``vs_best`` and ``p_value`` to every entry of ``rows`` (a runs table's), from the cells' per-seed
+    values of the epoch ours shows (``values``: :func:`~rankrepro.tables.kinds.runs.cell_values`): per column,
+    :func:`~rankrepro.tables.significance.noise_verdicts` (the best, within noise of it, below it, or n/a with
+    one seed; "" without a number)."""
+    nrow = len(rows) // ncol
+    for c in range(ncol):
+        samples = [[round(v, 9) for v in values[(r, c)]["samples"][shown_epoch(values[(r, c)])]]
+                   if (r, c) in values else None for r in range(nrow)]  # 100 * 0.2 = 20.000000000000004: 20
+        for r, (verdict, p) in enumerate(noise_verdicts(samples)):
+            rows[r * ncol + c].update(vs_best=verdict, p_value=None if p is None else float(f"{p:.4g}"))
+
+
+def _by_rank(rows: list[dict], ncol: int) -> list[list[dict]]:
+    """The entries of each row, rows by rank (rows without a number last, by name)."""
     by_row = [rows[i:i + ncol] for i in range(0, len(rows), ncol)]
-    by_row.sort(key=lambda entries: (entries[0]["rank"] is None, entries[0]["rank"] or 0, entries[0]["method"]))
+    return sorted(by_row, key=lambda entries: (entries[0]["rank"] is None, entries[0]["rank"] or 0,
+                                               entries[0]["method"]))
+
+
+def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
+    """The leaderboard page: rows by rank, ours ± std and the verdict against the column's best per metric
+    (:func:`mark_noise`), the best-on-test numbers beside them where some differ from the last epoch's (never
+    ranked on)."""
+    ncol = len(spec["metrics"])
     best = other_column(rows) == "best"  # where some cell's best epoch on the test set is not its last
-    header = (["Rank", "Loss"] + [m["header"] for m in spec["metrics"]]
+    header = (["Rank", "Loss"] + [part for m in spec["metrics"] for part in (m["header"], f"{m['header']} vs best")]
               + ([f"{m['header']} (best on test)" for m in spec["metrics"]] if best else []))
     cells = [[str(entries[0]["rank"] or "—"), entries[0]["method"]]
-             + [_number(e["ours"], e["std"], e["decimals"]) for e in entries]
+             + [part for e in entries for part in (_number(e["ours"], e["std"], e["decimals"]),
+                                                     verdict_text(e["vs_best"], e["p_value"]))]
              + ([_number(e["best"], e["best_std"], e["decimals"]) for e in entries] if best else [])
-             for entries in by_row]
+             for entries in _by_rank(rows, ncol)]
     intro = (f"Source: {spec['source']}. Every registered retrieval loss the dataset's labels support, one recipe "
              f"(setup `{spec['setup']}`), seeds {', '.join(map(str, spec['seeds']))}; ranked by "
-             f"{spec['metrics'][0]['header']}; — = no run yet. " + selection_note(rows)).rstrip()
+             f"{spec['metrics'][0]['header']} (mean over the seeds; equal means share a rank); — = no run yet. "
+             f"vs best: against the loss with the best mean of that column, by a {TEST}: ≈ = within noise "
+             "(p ≥ alpha), < = below it (p < alpha), n/a (one seed) = no test without two seeds on both sides. "
+             + selection_note(rows)).rstrip()
     notes = sorted({e["status"] for e in rows if e["status"] not in ("ours", "cited", "missing")})
     return markdown_page(spec, intro, REPLICA_NOTE if replica else None, header, cells, notes)
+
+
+def _tex_value(entry: dict) -> str:
+    """A leaderboard cell in LaTeX: ours ± std, bold for the column's best, ``≈`` within noise of it."""
+    if entry["ours"] is None:
+        return "--"
+    text = _number(entry["ours"], entry["std"], entry["decimals"], pm="$\\pm$")
+    if entry["vs_best"] == BEST:
+        return rf"\textbf{{{text}}}"
+    return text + (r"$^{\approx}$" if entry["vs_best"] == WITHIN else "")
+
+
+def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
+    """The leaderboard in LaTeX: rank, loss, ours ± std per metric, rows by rank; the column's best bold, a loss
+    within noise of it marked ≈ (the caption names the test)."""
+    ncol = len(spec["metrics"])
+    lines = ["Rank & Loss & " + " & ".join(tex_escape(m["header"]) for m in spec["metrics"]) + r" \\", r"\midrule"]
+    for entries in _by_rank(rows, ncol):
+        lines.append(" & ".join([str(entries[0]["rank"] or "--"), tex_escape(entries[0]["method"])]
+                                + [_tex_value(e) for e in entries]) + r" \\")
+    note = selection_note(rows)
+    caption = (tex_escape(spec["caption"]) + (REPLICA_TEX if replica else "")
+               + tex_escape(f" Ranked by {spec['metrics'][0]['header']}. Bold: the best mean of the column; ")
+               + r"$^{\approx}$" + tex_escape(f": within noise of it ({TEST}, p ≥ alpha).")
+               + (f" {tex_escape(note)}" if note else ""))
+    return latex_table(caption, "rl" + "r" * ncol, lines)
 
 
 @TABLE_KINDS.register("leaderboard")
@@ -127,20 +191,47 @@ class LeaderboardTable(RunsTable):
         if spec["setup"] not in planner.setups:
             raise PlanError(f"{where}: setup: unknown setup {spec['setup']!r}; known: "
                             f"{', '.join(sorted(planner.setups))}")
+        if spec["table"] == SUMMARY:
+            raise PlanError(f"{where}: table: {SUMMARY!r} is the name of the benchmark's summary across datasets "
+                            f"(results/tables/{spec['paper']}/{SUMMARY}.md); rename the spec")
         check_per_loss(spec, planner.schemas, where, losses=planner.catalog["loss"])
-        dataset = merge_layers(setup_layers(spec["setup"], planner.setups))[0].get("dataset")
+        recipe = merge_layers(setup_layers(spec["setup"], planner.setups))[0]
+        dataset = recipe.get("dataset")
         if dataset not in planner.catalog["dataset"]:
             raise PlanError(f"{where}: setup: {spec['setup']!r} names no registered dataset ({dataset!r})")
+        evaluated = (recipe.get("eval") or {}).get("metrics") or []
+        for m, metric in enumerate(spec["metrics"]):
+            if metric["metric"] not in evaluated:
+                raise PlanError(f"{where}: metrics[{m}]: {metric['metric']!r} is not evaluated by setup "
+                                f"{spec['setup']!r} (its eval.metrics: {', '.join(evaluated)}); add it there or "
+                                "drop the column")
         spec["seeds"] = list(spec.get("seeds") or DEFAULT_SEEDS)
         spec["columns"] = metric_columns(spec, planner.catalog["dataset"][dataset]["facts"]["title"])
         spec["rows"] = loss_rows(planner.catalog, dataset, len(spec["columns"]))
         return super().plan(spec, planner)
+
+    def html(self, table, rows: list[dict]) -> str:
+        """The report's page of a leaderboard: its Markdown page (:func:`to_markdown`) from the CSV rows, as HTML."""
+        entries = [{**r, **self._epochs([r])[0], "std": parse_number(r.get("std")), "rank": int(r["rank"]) if r.get(
+            "rank") else None, "p_value": parse_number(r.get("p_value")), "vs_best": r.get("vs_best") or ""}
+                   for r in rows]
+        replica = any(r.get("replica") == "True" for r in rows)
+        return markdown_html(to_markdown(table.spec, entries, replica), title=f"{table.paper} {table.table}")
+
+    def figures(self, table, results: str = "results") -> list[str]:
+        """The plot (:func:`rankrepro.tables.plots.leaderboard_plot`):
+        ``<results>/tables/<benchmark>/<dataset>.png``."""
+        return [f"{results}/tables/{table.key}.png"]
 
     def render(self, table, runs_dir, out_prefix, manifests_dir=None) -> list[dict]:
         spec, cells = table.spec, table.cells
         values, replica = cell_values(cells, runs_dir, spec)
         rows = table_rows(spec, cells, values)
         rank_rows(rows, len(spec["columns"]))
+        mark_noise(rows, values, len(spec["columns"]))
+        for i, entry in enumerate(rows):
+            row = spec["rows"][i // len(spec["columns"])]
+            entry.update(family=row.get("family") or "", hierarchical=bool(row.get("hierarchical")))
         write_outputs(out_prefix, to_markdown(spec, rows, replica), numbers_csv(rows, replica),
                       to_latex(spec, rows, replica))
         return rows

@@ -47,7 +47,7 @@ from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import REPLICA_NOTE, KindPlan, TableError, TableKind, check_paper_counts
 
 __all__ = ["UNITS", "RunsTable", "best_marks", "cell_values", "column_run_layers", "column_unit", "mark_groups", "other_column",
-           "rank_marks", "seed_stats", "selection_note", "table_rows"]
+           "rank_marks", "seed_stats", "selection_note", "shown_epoch", "table_rows"]
 
 
 @dataclass
@@ -80,11 +80,12 @@ def seed_stats(values: Sequence[float]) -> tuple[float, float | None, int]:
 
 
 def cell_values(cells: list[dict], runs_dir: str | Path, spec: dict) -> tuple[dict, bool]:
-    """{(row, column): {"last", "best": (mean, std or None, n), "select": "last" | "best_test",
-    "select_by"}} in the column's unit (:func:`column_unit`): the last epoch's and the best epoch's on
-    the test set (:mod:`rankrepro.record.selection`) over the cell's runs (``best`` (None, None, 0) unless
-    every run of the cell has a test curve: without one there is no best epoch to show), and which of them
-    ours shows (its runs' ``eval.select``); and whether any run used replica data."""
+    """{(row, column): {"last", "best": (mean, std or None, n), "samples": {"last", "best": [value per seed]},
+    "select": "last" | "best_test", "select_by"}} in the column's unit (:func:`column_unit`): the last epoch's
+    and the best epoch's on the test set (:mod:`rankrepro.record.selection`) over the cell's runs (``best``
+    (None, None, 0) unless every run of the cell has a test curve: without one there is no best epoch to show),
+    and which of them ours shows (its runs' ``eval.select``, :func:`shown_epoch`); and whether any run used
+    replica data."""
     values, replica = {}, False
     for cell in cells:
         factor = column_unit(spec, cell["column"])[0]
@@ -107,8 +108,15 @@ def cell_values(cells: list[dict], runs_dir: str | Path, spec: dict) -> tuple[di
         if last:
             values[(cell["row"], cell["column"])] = {
                 "last": seed_stats(last), "best": seed_stats(best) if curves == {True} else (None, None, 0),
+                "samples": {"last": last, "best": best if curves == {True} else []},
                 "select": selects.pop(), "select_by": select_by.pop()}
     return values, replica
+
+
+def shown_epoch(value: dict) -> str:
+    """Which of a cell's values (:func:`cell_values`) ours shows: ``best`` where its runs select the best epoch
+    on the test set and have one, else ``last``."""
+    return "best" if value["select"] == "best_test" and value["best"][0] is not None else "last"
 
 
 def mark_groups(spec: dict) -> list[list[int]]:
@@ -188,7 +196,7 @@ def table_rows(spec: dict, cells: list[dict], values: dict) -> list[dict]:
             value = values.get((r, c))
             select = value["select"] if value else ""
             last, best = (value["last"], value["best"]) if value else ((None, None, 0),) * 2
-            mean, std, n = best if select == "best_test" and best[0] is not None else last
+            mean, std, n = value[shown_epoch(value)] if value else last
             decimals = column_unit(spec, c)[1]
             digits = decimals + 1
 
