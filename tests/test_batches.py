@@ -1,5 +1,5 @@
 """Training batches (runtime.runs_per_job): which runs one job trains, and how the job stages them,
-survives a failing run, and hands each run to its own train job."""
+survives a failing run, and writes each run's folder itself."""
 
 import json
 from collections import Counter
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rankrepro.engine.batch import STAGED_FILES, AdoptError, adopt, is_staged
+from rankrepro.engine.batch import STAGED_FILES, PublishError, is_staged, publish, run_files
+from rankrepro.plan.complete import run_id as hash_id
 from rankrepro.plan.batches import BatchError, train_batches
 from rankrepro.plan.build import plan_from_config, write_plan
 from rankrepro.plan.merge import deep_merge
@@ -63,87 +64,164 @@ def test_a_bad_batch_size_names_the_key(bad):
         train_batches(RUNS, bad, key)
 
 
-# -- a batch job at run time: staged runs, failures, adoption (rankrepro.engine.batch) ---------------
+# -- a batch job at run time: staged runs, failures, the runs' folders (rankrepro.engine.batch) ---------
 
 def _fake_trainer(fail=(), calls=None):
     """Stands in for the batch command's train-and-evaluate of one run: writes its files (metrics.json
     names the run), or raises for a run in ``fail``; records the runs it was called for."""
 
-    def train_one(args, run_json, out_dir, evaluate_out, curve):
+    def train_one(args, run_json, out_dir, evaluate_out):
         rid = Path(run_json).parent.name
+        assert json.loads(Path(run_json).read_text())["id"] == rid  # written from its plan file first
         if calls is not None:
             calls.append(rid)
-        out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "model.pt").write_text("weights")
         (out_dir / "history.csv").write_text("epoch\n1\n")
         if rid in fail:
             raise RuntimeError("impossible setting: batch_size 0")
         Path(evaluate_out).write_text(json.dumps({"run_id": rid, "metrics": {"R@1": 0.5}}))
-        Path(curve).write_text("png")
 
     return train_one
 
 
-def _batch_command(runs_dir, staged, record, *run_ids):
-    return ["train-batch", "--runs", *(str(runs_dir / rid / "run.json") for rid in run_ids), "--staged", str(staged),
-            "--out", str(record), "--manifest", "unused", "--device", "cpu"]
+def _plans(tmp_path, seeds=(1, 2, 3)):
+    """Plan files results/plan/runs/<id>.json of runs sop/loss a with ``seeds`` (the id their hash): their ids."""
+    folder = tmp_path / "plan" / "runs"
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = []
+    for seed in seeds:
+        run = {"dataset": "sop", "loss": {"name": "a"}, "seed": seed, "eval": {}}
+        rid = hash_id(run)
+        (folder / f"{rid}.json").write_text(json.dumps({**run, "id": rid}))
+        ids.append(rid)
+    return ids
+
+
+def _batch_command(tmp_path, *run_ids, keep_model=False):
+    return ["train-batch", "--runs", *(str(tmp_path / "plan" / "runs" / f"{rid}.json") for rid in run_ids),
+            "--staged", str(tmp_path / "staged"), "--runs-dir", str(tmp_path / "runs"), "--manifest", "unused",
+            "--device", "cpu", *([] if keep_model else ["--no-model"])]
 
 
 def test_a_failing_run_keeps_the_finished_ones_and_a_retry_trains_only_it(tmp_path, monkeypatch, capsys):
     """Issue 23: the second of three runs fails. Runs 1 and 3 are staged, complete with their metrics;
-    the job fails naming run 2 and its error, without the batch record; the retry trains run 2 alone."""
+    the job fails naming run 2 and its error and writes no run folder (Snakemake would delete a failed job's
+    outputs); the retry trains run 2 alone, then writes the three folders (issue 37: the job's own outputs)."""
     from rankrepro import cli
     from rankrepro.cli import runs as cli_runs
 
-    runs_dir, staged, record = tmp_path / "runs", tmp_path / "staged", tmp_path / "sop_0" / "batch.json"
-    ids = ["sop-a-1", "sop-b-2", "sop-c-3"]
-    for rid in ids:
-        (runs_dir / rid).mkdir(parents=True)
-        (runs_dir / rid / "run.json").write_text(json.dumps({"id": rid}))
+    ids, staged, runs_dir = _plans(tmp_path), tmp_path / "staged", tmp_path / "runs"
     calls = []
-    monkeypatch.setattr(cli_runs, "_train", _fake_trainer(fail={"sop-b-2"}, calls=calls))
+    monkeypatch.setattr(cli_runs, "_train", _fake_trainer(fail={ids[1]}, calls=calls))
     with pytest.raises(SystemExit) as failed:
-        cli.main(_batch_command(runs_dir, staged, record, *ids))
+        cli.main(_batch_command(tmp_path, *ids))
     message = str(failed.value.code)
-    assert "1 of 3 runs failed" in message and "sop-b-2: RuntimeError: impossible setting: batch_size 0" in message
-    assert "sop-a-1" not in message.split("\n", 1)[1]
-    assert calls == ids and not record.exists()
-    assert is_staged(staged / "sop-a-1") and is_staged(staged / "sop-c-3") and not is_staged(staged / "sop-b-2")
-    assert json.loads((staged / "sop-c-3" / "metrics.json").read_text())["run_id"] == "sop-c-3"
+    assert "1 of 3 runs failed" in message and f"{ids[1]}: RuntimeError: impossible setting: batch_size 0" in message
+    assert ids[0] not in message.split("\n", 1)[1]
+    assert calls == ids and not runs_dir.exists()
+    assert is_staged(staged / ids[0]) and is_staged(staged / ids[2]) and not is_staged(staged / ids[1])
+    assert json.loads((staged / ids[2] / "metrics.json").read_text())["run_id"] == ids[2]
     assert "impossible setting" in capsys.readouterr().err  # its traceback, in the job's log
 
     calls.clear()
     monkeypatch.setattr(cli_runs, "_train", _fake_trainer(calls=calls))
-    assert cli.main(_batch_command(runs_dir, staged, record, *ids)) == 0
-    assert calls == ["sop-b-2"]
-    assert json.loads(record.read_text()) == {"runs": {rid: str(staged / rid) for rid in ids}}
+    assert cli.main(_batch_command(tmp_path, *ids)) == 0
+    assert calls == [ids[1]]
+    for rid in ids:  # run.json (the plan file's record), history.csv, metrics.json; no model.pt (--no-model)
+        assert sorted(p.name for p in (runs_dir / rid).iterdir()) == ["history.csv", "metrics.json", "run.json"]
+        assert json.loads((runs_dir / rid / "run.json").read_text()) == {
+            "dataset": "sop", "loss": {"name": "a"}, "seed": ids.index(rid) + 1, "eval": {}, "id": rid}
+    assert not staged.exists() or not any(staged.iterdir())
 
 
-def test_adopt_puts_a_staged_run_in_its_folder_once(tmp_path):
-    staged, record = tmp_path / "staged", tmp_path / "batch.json"
-    (staged / "sop-a-1").mkdir(parents=True)
-    for name in STAGED_FILES:
-        (staged / "sop-a-1" / name).write_text(name)
-    record.write_text(json.dumps({"runs": {"sop-a-1": str(staged / "sop-a-1")}}))
-    out = tmp_path / "runs" / "sop-a-1"
-    assert [p.name for p in adopt(record, "sop-a-1", out)] == list(STAGED_FILES)
-    assert all((out / name).read_text() == name for name in STAGED_FILES)
-    assert not (staged / "sop-a-1").exists() and sorted(p.name for p in out.iterdir()) == sorted(STAGED_FILES)
-    with pytest.raises(AdoptError, match=rf"run sop-a-1 is not staged .*snakemake --forcerun {record}"):
-        adopt(record, "sop-a-1", out)
-    with pytest.raises(AdoptError, match=rf"{record}: run sop-z-9 is not in this training batch; its runs: sop-a-1"):
-        adopt(record, "sop-z-9", out)
+def test_a_batch_keeps_the_models_when_asked(tmp_path, monkeypatch):
+    from rankrepro import cli
+    from rankrepro.cli import runs as cli_runs
+
+    ids = _plans(tmp_path, seeds=(1,))
+    monkeypatch.setattr(cli_runs, "_train", _fake_trainer())
+    assert cli.main(_batch_command(tmp_path, *ids, keep_model=True)) == 0
+    assert (tmp_path / "runs" / ids[0] / "model.pt").read_text() == "weights"
 
 
-def test_adopt_carries_the_test_curve_when_the_run_has_one(tmp_path):
-    staged, record = tmp_path / "staged", tmp_path / "batch.json"
-    (staged / "sop-a-1").mkdir(parents=True)
-    for name in (*STAGED_FILES, "curve.csv"):
-        (staged / "sop-a-1" / name).write_text(name)
-    record.write_text(json.dumps({"runs": {"sop-a-1": str(staged / "sop-a-1")}}))
-    out = tmp_path / "runs" / "sop-a-1"
-    assert [p.name for p in adopt(record, "sop-a-1", out)] == ["curve.csv", *STAGED_FILES]  # metrics.json after it
-    assert (out / "curve.csv").read_text() == "curve.csv"
+def test_a_run_whose_plan_file_was_edited_fails_naming_it_and_the_others_train(tmp_path, monkeypatch):
+    from rankrepro import cli
+    from rankrepro.cli import runs as cli_runs
+
+    ids = _plans(tmp_path, seeds=(1, 2))
+    edited = tmp_path / "plan" / "runs" / f"{ids[0]}.json"
+    edited.write_text(json.dumps({**json.loads(edited.read_text()), "seed": 9}))
+    calls = []
+    monkeypatch.setattr(cli_runs, "_train", _fake_trainer(calls=calls))
+    with pytest.raises(SystemExit, match=rf"{ids[0]}: PlanError: {edited}: its content hashes to .*, not to its id"):
+        cli.main(_batch_command(tmp_path, *ids))
+    assert calls == [ids[1]] and is_staged(tmp_path / "staged" / ids[1]) and not (tmp_path / "runs").exists()
+
+
+def _stage(staged, rid, extra=()):
+    (staged / rid).mkdir(parents=True)
+    for name in (*STAGED_FILES, *extra):
+        (staged / rid / name).write_text(name)
+
+
+def test_publish_writes_each_run_folder_then_removes_the_staged_ones(tmp_path):
+    staged, runs = tmp_path / "staged", tmp_path / "runs"
+    _stage(staged, "sop-a-1", extra=["curve.csv"])
+    _stage(staged, "sop-b-2")
+    published = publish(["sop-a-1", "sop-b-2"], staged, runs, keep_model=False)
+    # the test curve where there is one, then run.json, history.csv, metrics.json (last); no model.pt
+    assert {rid: [p.name for p in files] for rid, files in published.items()} == {
+        "sop-a-1": ["curve.csv", "run.json", "history.csv", "metrics.json"],
+        "sop-b-2": ["run.json", "history.csv", "metrics.json"]}
+    assert (runs / "sop-a-1" / "metrics.json").read_text() == "metrics.json" and not (runs / "sop-a-1" / "model.pt").exists()
+    assert not any(staged.iterdir())
+    assert run_files(keep_model=True) == ("run.json", "model.pt", "history.csv", "metrics.json")
+
+
+def test_publish_writes_nothing_while_a_run_is_not_staged(tmp_path):
+    staged, runs = tmp_path / "staged", tmp_path / "runs"
+    _stage(staged, "sop-a-1")
+    (staged / "sop-b-2").mkdir()
+    (staged / "sop-b-2" / "model.pt").write_text("weights")
+    with pytest.raises(PublishError, match=r"run sop-b-2 is not staged \(.*sop-b-2: run.json, history.csv, "
+                                           r"metrics.json missing\)"):
+        publish(["sop-a-1", "sop-b-2"], staged, runs)
+    assert not runs.exists() and is_staged(staged / "sop-a-1")
+
+
+def test_a_training_process_imports_no_matplotlib(tmp_path):
+    """Issue 37: the training curve left the training job (one curves job per paper draws it)."""
+    import subprocess
+    import sys
+
+    ids = _plans(tmp_path, seeds=(1,))
+    script = f"""
+import json, sys
+from pathlib import Path
+from rankrepro import cli
+from rankrepro.cli import runs
+from rankrepro.engine import loop
+
+class Task:
+    def evaluate(self, run, manifest, model, out, settings, run_id):
+        Path(out).write_text(json.dumps({{"metrics": {{"R@1": 0.5}}}}))
+        return {{"metrics": {{"R@1": 0.5}}}}
+
+def train(run, manifest, out_dir, settings, *, run_id, task):
+    (out_dir / "model.pt").write_text("weights")
+    (out_dir / "history.csv").write_text("epoch,loss\\n1,0.5\\n")
+    return out_dir / "model.pt"
+
+runs._task = lambda run_json: (json.loads(Path(run_json).read_text()), Path(run_json).parent.name, Task())
+loop.train = train
+assert cli.main({_batch_command(tmp_path, *ids)!r}) == 0
+print("matplotlib" in sys.modules)
+"""
+    (tmp_path / "manifests").mkdir()
+    job = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert job.returncode == 0, job.stderr
+    assert job.stdout.strip().splitlines()[-1] == "False"
+    assert (tmp_path / "runs" / ids[0] / "metrics.json").is_file()
 
 
 # -- a job that trains then evaluates (train --evaluate-out, train-batch): a failed evaluation retrains nothing ------
@@ -167,11 +245,10 @@ class _FakeTraining:
         (out_dir / "history.csv").write_text("epoch\n1\n")
         return out_dir / "model.pt"
 
-    def evaluate(self, args, run_json, model, out, image_cache, curve, history):
+    def evaluate(self, args, run_json, model, out, image_cache):
         if self.failing:
             raise RuntimeError("the evaluation failed")
         Path(out).write_text(json.dumps({"model": Path(model).read_text()}))
-        Path(curve).write_text("png")
 
 
 def _runs(tmp_path, ids, eval_datasets=()):
@@ -187,7 +264,7 @@ def _runs(tmp_path, ids, eval_datasets=()):
 def _train_command(runs_dir, rid, manifests):
     folder = runs_dir / rid
     return ["train", "--run", str(folder / "run.json"), "--manifest", str(manifests / "sop"), "--device", "cpu",
-            "--evaluate-out", str(folder / "metrics.json"), "--curve", str(folder / "curve.png")]
+            "--evaluate-out", str(folder / "metrics.json")]
 
 
 def test_a_failed_evaluation_in_a_batch_keeps_the_training_and_the_retry_only_evaluates(tmp_path, monkeypatch):
@@ -195,17 +272,18 @@ def test_a_failed_evaluation_in_a_batch_keeps_the_training_and_the_retry_only_ev
     from rankrepro import cli
 
     fake = _FakeTraining(monkeypatch)
-    runs_dir, staged, record = _runs(tmp_path, ["sop-a-1"]), tmp_path / "staged", tmp_path / "sop_0" / "batch.json"
-    command = [*_batch_command(runs_dir, staged, record, "sop-a-1")]
+    (rid,), staged = _plans(tmp_path, seeds=(1,)), tmp_path / "staged"
+    (tmp_path / "manifests" / "sop").mkdir(parents=True)
+    command = _batch_command(tmp_path, rid)
     command[command.index("unused")] = str(tmp_path / "manifests" / "sop")
-    with pytest.raises(SystemExit, match="sop-a-1: RuntimeError: the evaluation failed"):
+    with pytest.raises(SystemExit, match=f"{rid}: RuntimeError: the evaluation failed"):
         cli.main(command)
-    assert fake.trained == 1 and (staged / "sop-a-1" / "trained" / "model.pt").is_file()
+    assert fake.trained == 1 and (staged / rid / "trained" / "model.pt").is_file()
     fake.failing = False
     assert cli.main(command) == 0
     assert fake.trained == 1  # the retry evaluated the kept model
-    assert json.loads((staged / "sop-a-1" / "metrics.json").read_text()) == {"model": "weights of training 1"}
-    assert not (staged / "sop-a-1" / "trained").exists() and is_staged(staged / "sop-a-1")
+    assert json.loads((tmp_path / "runs" / rid / "metrics.json").read_text()) == {"model": "weights of training 1"}
+    assert not (staged / rid).exists()
 
 
 def test_a_failed_evaluation_in_a_train_job_keeps_the_model_snakemake_deletes(tmp_path, monkeypatch, capsys):
@@ -227,6 +305,24 @@ def test_a_failed_evaluation_in_a_train_job_keeps_the_model_snakemake_deletes(tm
     assert "evaluating the model trained by an earlier attempt" in capsys.readouterr().err
     assert not (folder / "trained").exists()
     assert cli.main(command) == 0 and fake.trained == 2  # --forcerun after a success: trained again
+
+
+def test_a_train_job_without_model_removes_it_once_evaluated(tmp_path, monkeypatch):
+    """runtime.keep_model false (issue 37): the one-run job's model.pt is gone once metrics.json is written; the
+    flag needs --evaluate-out (a separate evaluate job would read the model)."""
+    from rankrepro import cli
+
+    fake = _FakeTraining(monkeypatch)
+    fake.failing = False
+    runs_dir = _runs(tmp_path, ["sop-a-1"])
+    folder, command = runs_dir / "sop-a-1", _train_command(runs_dir, "sop-a-1", tmp_path / "manifests")
+    assert cli.main([*command, "--no-model"]) == 0
+    assert json.loads((folder / "metrics.json").read_text()) == {"model": "weights of training 1"}
+    assert not (folder / "model.pt").exists() and (folder / "history.csv").is_file()
+    without = [a for a in command if a not in ("--evaluate-out", str(folder / "metrics.json"))]
+    with pytest.raises(SystemExit, match="--no-model needs --evaluate-out"):
+        cli.main([*without, "--no-model"])
+    assert fake.trained == 1
 
 
 def test_an_eval_dataset_whose_meta_json_is_broken_fails_before_training_naming_it(tmp_path, monkeypatch):

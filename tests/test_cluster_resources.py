@@ -20,7 +20,7 @@ from rankrepro.plan.targets import TargetError, WorkflowTargets
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIME = {"device": "cuda", "num_workers": 2, "prefetch_factor": 4, "eval_batch_size": 100, "image_cache": False,
-           "evaluate_in_train_job": False, "runs_per_job": 1}
+           "evaluate_in_train_job": False, "runs_per_job": 1, "keep_model": True, "curves": True}
 PROFILE = """gpu: toy
 measured: false
 train: {resnet50: {224: 1000}}
@@ -170,14 +170,13 @@ def test_the_rules_resources_per_job(toy):
     assert fused.train_runtime(W(run_id="small")) == 28  # 6.1 min x 2 + 15 = 27.2 -> 28
 
 
-def test_training_batches_sum_their_runs_and_adopting_is_cheap(toy):
+def test_training_batches_sum_their_runs(toy):
     t = toy_targets(toy, {"runtime_min": 1}, evaluate_in_train_job=True, runs_per_job=2, device="cpu")
     batch = t.batch_of("big")
     runs = t.batch_runs(W(batch=batch))
     assert runs == ["big", "small"]  # sop's first batch of two
     assert t.batch_runtime(W(batch=batch)) == 148
     assert t.batch_mem_mb(W(batch=batch)) == max(t.cluster.mem_mb([Work(rid, True, True)]) for rid in runs)
-    assert (t.train_runtime(W(run_id="big")), t.train_mem_mb(W(run_id="big"))) == (5, 1000)
 
 
 def test_all_cores_is_cores_or_eight_at_most_max_threads(toy):
@@ -213,8 +212,8 @@ def test_every_rule_caps_its_threads_and_memory():
 
 def test_the_gpu_jobs_keep_one_log_per_attempt():
     text = {path.stem: path.read_text() for path in RULES}
-    for rule, smk in (("train", "train"), ("train_batch", "train"), ("evaluate", "evaluate")):
-        body = text[smk].split(f"rule {rule}:")[1].split("\nrule ")[0]
+    for rule, smk in (("rule train:", "train"), ('f"train_batch_{_batch}"', "train"), ("rule evaluate:", "evaluate")):
+        body = re.split(r"\n\s*rule[ :]", text[smk].split(rule)[1])[0]
         assert "attempt=TARGETS.attempt_number" in body and "TARGETS.attempt_logged(" in body, rule
         assert "> {log" not in body, rule  # Snakemake's own redirect would be the only log
 

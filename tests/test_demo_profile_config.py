@@ -30,7 +30,8 @@ def _assert_demo(stdout):
     the tiny runs trained in batches of runs."""
     assert "rule replica:" in stdout and "data/demo/downloads/sop/download.json" in stdout
     assert "data/downloads/" not in stdout
-    assert "rule train_batch:" in stdout and "results/batches/sop_0/batch.json" in stdout
+    assert "rule train_batch_sop_0:" in stdout and "--runs-dir results/runs" in stdout
+    assert "rule run_config:" not in stdout and "rule train:" not in stdout  # the batch writes its runs' files
     assert "--fake-world demo" in stdout or "fake_world" in stdout or "fake-world" in stdout
 
 
@@ -42,7 +43,7 @@ def test_a_configfile_beside_the_demo_profile_keeps_the_demo_settings(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     _assert_demo(result.stdout)
     assert "results/tables/suprank/table1.md" in result.stdout and "results/tables/pnp/" not in result.stdout
-    assert "results/batches/sop_1/batch.json" in result.stdout  # mine.yaml's runs_per_job (4) over the demo's (32)
+    assert "rule train_batch_sop_1:" in result.stdout  # mine.yaml's runs_per_job (4) over the demo's (32)
 
 
 @pytest.mark.slow

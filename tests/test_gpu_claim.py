@@ -146,8 +146,8 @@ def test_the_loader_workers_split_the_cpus_between_the_gpus(workers, gpus, cpus,
 @pytest.mark.parametrize("command", [
     ["train", "--run", "{tmp}/r/run.json", "--manifest", "{tmp}/m"],
     ["evaluate", "--run", "{tmp}/r/run.json", "--manifest", "{tmp}/m", "--model", "{tmp}/m.pt", "--out", "{tmp}/o"],
-    ["train-batch", "--runs", "{tmp}/r/run.json", "--staged", "{tmp}/s", "--out", "{tmp}/b.json", "--manifest",
-     "{tmp}/m"],
+    ["train-batch", "--runs", "{tmp}/p/a-b-0123456789.json", "--staged", "{tmp}/s", "--runs-dir", "{tmp}/runs",
+     "--manifest", "{tmp}/m"],
 ])
 def test_train_evaluate_and_train_batch_claim_a_gpu_first(tmp_path, command):
     args = [a.format(tmp=tmp_path) for a in command] + ["--device", "auto", "--num-workers", "64"]

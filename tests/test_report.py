@@ -219,6 +219,19 @@ def test_cli_writes_index_table_html_and_plots(results, tmp_path):
     assert all((tmp_path / n).stat().st_size > 0 for n in ("t1.html", "c.png", "s.png"))
 
 
+def test_plot_curves_draws_each_run_folders_curve(results, tmp_path):
+    """Issue 37: a paper's curves job (one process) draws curve.png in each run folder it is given."""
+    runs = results / "runs"
+    done = subprocess.run([sys.executable, "-m", "rankrepro", "plot", "curves", "--runs", runs / "r1", runs / "r2"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert all((runs / r / "curve.png").read_bytes()[:8] == PNG for r in ("r1", "r2"))
+    missing = subprocess.run([sys.executable, "-m", "rankrepro", "plot", "curve", "--history", runs / "r1" / "history.csv"],
+                             capture_output=True, text=True)
+    assert missing.returncode != 0 and "rankrepro plot curve: --out is required" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
 def _static(results, built=True):
     """Add a static table p/s (the paper's text: a check mark, math) to the results' plan; render it."""
     from rankrepro.tables.render import render
@@ -285,8 +298,9 @@ def _smk(cwd, *args, timeout=600):
 
 @pytest.mark.slow
 def test_demo_subset_then_snakemake_report(tmp_path):
-    """The demo profile on SupRank Table 1 alone (its tiny runs on the replicas): the index, an HTML
-    page per table, a curve per run, the scatter; then `snakemake --report` shows them."""
+    """The demo profile on SupRank Table 1 alone (its tiny runs on the replicas), with its training curves
+    (runtime.curves, off in the demo): the index, an HTML page per table, a curve per run (the paper's curves
+    job), the scatter; then `snakemake --report` shows them."""
     import csv
 
     from rankrepro.bench.plan import workflow_copy
@@ -294,7 +308,7 @@ def test_demo_subset_then_snakemake_report(tmp_path):
     wf = workflow_copy(tmp_path)
     papers = yaml.safe_load((wf / "config.yaml").read_text())["tables"]  # a config file merges into config.yaml
     (wf / "subset.yaml").write_text(yaml.safe_dump({"tables": {**{p: [] for p in papers}, "suprank": ["table1"]},
-                                                    "synthetic": {"names": []}}))
+                                                    "synthetic": {"names": []}, "runtime": {"curves": True}}))
     config = ["--profile", "profiles/demo", "--configfile", "profiles/demo/demo.yaml", "subset.yaml"]
     targets = ["results/README.md", "results/index.html"]
     result = _smk(wf, "--cores", "2", *config, "--", *targets, timeout=900)

@@ -35,7 +35,7 @@ from rankrepro.tables.significance import noise_verdicts, verdict_text, welch
 ROOT = Path(__file__).resolve().parents[1]
 ROOF = ["cub", "cars", "sop", "inat_base", "inshop"]
 RUNTIME = {"device": "cuda", "num_workers": 8, "eval_batch_size": 256, "image_cache": True,
-           "evaluate_in_train_job": False, "runs_per_job": 1}
+           "evaluate_in_train_job": False, "runs_per_job": 1, "keep_model": True, "curves": True}
 
 
 class ToyRoofLoss(torch.nn.Module):

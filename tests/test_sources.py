@@ -254,7 +254,7 @@ def test_require_files_lists_every_problem(tmp_path):
     assert require_files(tmp_path, files, "gldv2", "") == tmp_path
 
 
-# -- rankrepro.io.link_or_copy (sources.place; engine.batch.adopt) -------------------------------------
+# -- rankrepro.io.link_or_copy (sources.place; engine.batch.publish) -----------------------------------
 
 
 def test_link_or_copy_links_when_it_can(tmp_path):

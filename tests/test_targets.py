@@ -25,7 +25,7 @@ CONFIG = {"data_root": "data", "tracking": {"tracking_uri": "sqlite:///results/m
                        "inat": {"extracted": "/data/inat"}, "sop_merge3": {}, "gldv2": {}},
           "hgldv2": {"build": True}}
 RUNTIME = {"device": "cuda", "num_workers": 8, "eval_batch_size": 256, "image_cache": True,
-           "evaluate_in_train_job": False, "runs_per_job": 1}
+           "evaluate_in_train_job": False, "runs_per_job": 1, "keep_model": True, "curves": True}
 PLAN_FILE = "results/plan/plan.0123456789ab.json"
 
 
@@ -112,16 +112,18 @@ def test_the_train_command_of_a_run_and_of_a_fused_run(plan_without_curves):
     assert targets(plan).train_files(rid) == {"model": f"{folder}/model.pt", "history": f"{folder}/history.csv"}
     fused = targets(plan, evaluate_in_train_job=True)
     assert fused.train_command(W(run_id=rid), 6) == train + [
-        "--evaluate-out", f"{folder}/metrics.json", "--curve", f"{folder}/curve.png", "--batch-size", "256",
-        "--eval-image-cache", cache]
+        "--evaluate-out", f"{folder}/metrics.json", "--batch-size", "256", "--eval-image-cache", cache]
     assert fused.train_caches(W(run_id=rid)) == [f"{cache}/cache.json"] * 2  # training's and evaluation's
     assert fused.train_files() == {"model": "results/runs/{run_id}/model.pt",
                                    "history": "results/runs/{run_id}/history.csv",
-                                   "metrics": "results/runs/{run_id}/metrics.json",
-                                   "curve": "results/runs/{run_id}/curve.png"}
-    # what a batch stages is what a fused train job outputs
-    assert sorted(Path(p).name for p in fused.train_files().values()) == sorted(STAGED_FILES)
-    assert not fused.batched and fused.run_batch_record(W(run_id=rid)) == []
+                                   "metrics": "results/runs/{run_id}/metrics.json"}
+    # what a batch stages is what a fused train job outputs, with the run.json it writes
+    assert sorted([*(Path(p).name for p in fused.train_files().values()), "run.json"]) == sorted(STAGED_FILES)
+    assert not fused.batched
+    # runtime.keep_model false: no model.pt declared, the job removes it once evaluated (issue 37)
+    lean = targets(plan, evaluate_in_train_job=True, keep_model=False)
+    assert lean.train_files(rid) == {"history": f"{folder}/history.csv", "metrics": f"{folder}/metrics.json"}
+    assert lean.train_command(W(run_id=rid), 6) == fused.train_command(W(run_id=rid), 6) + ["--no-model"]
 
 
 def test_a_run_with_a_test_curve_trains_with_the_evaluations_batch_size_and_cache(plan):
@@ -136,38 +138,45 @@ def test_a_run_with_a_test_curve_trains_with_the_evaluations_batch_size_and_cach
     assert t.train_caches(W(run_id=rid)) == [f"{cache}/cache.json"] * 2  # training's and the test curve's
 
 
-def test_batches_and_the_train_job_that_adopts_a_batched_run(plan):
+def test_a_batch_job_writes_its_runs_files(plan):
+    """Issue 37: with runtime.runs_per_job > 1, one rule per batch whose outputs are its runs' files (no write-run
+    and adopt job per run)."""
     t = targets(plan, evaluate_in_train_job=True, runs_per_job=4)
     assert t.batched
     assert t.batches == train_batches(plan.runs, 4, key=lambda r: (plan.runs[r]["dataset"], (
         t.run_cache_dir(r, "train"), t.run_cache_dir(r, "evaluate"))))
     assert sorted(r for ids in t.batches.values() for r in ids) == sorted(plan.runs)
     name, ids = next(iter(t.batches.items()))
-    batch = W(batch=name)
-    assert t.batch_run_configs(batch) == [f"results/runs/{rid}/run.json" for rid in ids]
+    batch = t.batch_wildcards(name)
+    assert batch.batch == name
+    assert t.batch_plan_files(batch) == [f"results/plan/runs/{rid}.json" for rid in ids]
+    assert t.batch_outputs(batch) == [f"results/runs/{rid}/{f}" for rid in ids
+                                      for f in ("run.json", "model.pt", "history.csv", "metrics.json")]
+    assert t.batch_flags(batch) == []
+    lean = targets(plan, evaluate_in_train_job=True, runs_per_job=4, keep_model=False)
+    assert lean.batch_outputs(batch) == [f"results/runs/{rid}/{f}" for rid in ids
+                                         for f in ("run.json", "history.csv", "metrics.json")]
+    assert lean.batch_flags(batch) == ["--no-model"]
     dataset = plan.runs[ids[0]]["dataset"]
     assert t.batch_manifest(batch) == [f"results/manifests/{dataset}/meta.json"]
-    assert t.batch_manifest_dir(batch) == f"results/manifests/{dataset}"
     assert t.batch_runtime(batch) == t.cluster.runtime_minutes([Work(rid, True, True) for rid in ids])  # tests/test_cluster_resources.py
     caches = t.run_train_cache(W(run_id=ids[0])) + t.run_eval_cache(W(run_id=ids[0]))
     assert t.batch_cache_inputs(batch) == caches
     assert t.batch_cache_args(batch) == (["--image-cache", caches[0][:-len("/cache.json")],
                                           "--eval-image-cache", caches[1][:-len("/cache.json")]] if caches else [])
-    record = f"results/batches/{name}/batch.json"
-    assert t.batch_record(name) == record and t.run_batch_record(W(run_id=ids[0])) == [record]
-    assert t.train_command(W(run_id=ids[0]), 1) == ["adopt", "--batch", record, "--run-id", ids[0],
-                                                   "--out", f"results/runs/{ids[0]}"]
-    assert t.train_manifest(W(run_id=ids[0])) == [] and t.train_caches(W(run_id=ids[0])) == []  # the batch's
+    assert t.batch_of(ids[0]) == name
     with pytest.raises(TargetError, match=rf"training batch 'sop_99' is not in the plan \({PLAN_FILE}\); "
                                           rf"batches: .*{name}"):
-        t.batch_run_configs(W(batch="sop_99"))
+        t.batch_plan_files(W(batch="sop_99"))
     with pytest.raises(TargetError, match="batches: none: runtime.runs_per_job is 1"):
-        targets(plan).batch_run_configs(batch)
+        targets(plan).batch_outputs(batch)
 
 
 @pytest.mark.parametrize("runtime, message", [
     ({"runs_per_job": 4}, "runtime.runs_per_job is 4 but runtime.evaluate_in_train_job is false"),
     ({"runs_per_job": 0, "evaluate_in_train_job": True}, "runtime.runs_per_job must be an integer >= 1, got 0"),
+    ({"keep_model": False}, "runtime.keep_model is false but runtime.evaluate_in_train_job is false: the evaluate "
+                            "job reads model.pt"),
 ])
 def test_runtime_settings_a_workflow_cannot_run_are_named(plan, runtime, message):
     with pytest.raises(TargetError, match=message):
@@ -203,6 +212,21 @@ def test_tables_sweeps_report_and_index(plan):
     assert set(report) <= set(index) and "results/hgldv2/compare.json" in index
     assert f"results/runs/{rid}/history.csv" in index and "results/tables/suprank/table1.md" in index
     assert f"results/runs/{rid}/run.json" in t.track_inputs()
+
+
+
+def test_each_table_run_s_curve_is_drawn_by_the_first_paper_that_uses_it(plan):
+    """Issue 37: one curves job per paper (no matplotlib in a training process); none with runtime.curves false."""
+    t = targets(plan)
+    papers = t.curve_runs()
+    assert sorted(rid for rids in papers.values() for rid in rids) == sorted(plan.table_runs())
+    assert all(t.run_paper(W(run_id=rid)) == paper for paper, rids in papers.items() for rid in rids)
+    paper, rids = next(iter(papers.items()))
+    assert t.curve_inputs(paper) == [f"results/runs/{rid}/{f}" for rid in rids for f in ("history.csv", "metrics.json")]
+    assert t.curve_file(rids[0]) == f"results/runs/{rids[0]}/curve.png"
+    bare = targets(plan, curves=False)
+    assert bare.curve_runs() == {} and not any(p.endswith("curve.png") for p in bare.report_outputs())
+    assert [p for p in t.report_outputs() if not p.endswith("curve.png")] == bare.report_outputs()
 
 
 def test_the_recipe_cards_are_in_the_report_and_the_index(plan):
@@ -251,23 +275,16 @@ def test_the_run_files_of_a_plan_do_not_change_with_the_plan(plan, tmp_path):
     assert files.run(rid).stat().st_mtime_ns == before
 
 
-def test_the_workflow_paths_write_run_and_adopt_import_no_torch(plan, tmp_path):
-    """The dry run builds WorkflowTargets; run_config and a batched run's train job are cheap local jobs."""
+def test_the_workflow_paths_and_write_run_import_no_torch(plan, tmp_path):
+    """The dry run builds WorkflowTargets; run_config is a cheap local job."""
     from test_plan import torch_blocked_env
 
     env = torch_blocked_env(tmp_path)
     rid = sorted(plan.runs)[0]
     plan_file = str(write_plan(plan.to_json(), tmp_path / "plan").run(rid))
-    staged, record = tmp_path / "staged" / rid, tmp_path / "batch.json"
-    staged.mkdir(parents=True)
-    for name in STAGED_FILES:
-        (staged / name).write_text(name)
-    record.write_text(json.dumps({"runs": {rid: str(staged)}}))
     for command in (["-c", "import rankrepro.plan.targets"],
                     ["-m", "rankrepro", "write-run", "--plan", plan_file, "--run-id", rid, "--out",
-                     str(tmp_path / "runs" / rid / "run.json")],
-                    ["-m", "rankrepro", "adopt", "--batch", str(record), "--run-id", rid, "--out",
-                     str(tmp_path / "runs" / rid)]):
+                     str(tmp_path / "runs" / rid / "run.json")]):
         result = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in (tmp_path / "runs" / rid).iterdir()) == sorted([*STAGED_FILES, "run.json"])
+    assert sorted(p.name for p in (tmp_path / "runs" / rid).iterdir()) == ["run.json"]

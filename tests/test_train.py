@@ -271,24 +271,29 @@ def _write_run(folder, run):
 
 @pytest.mark.slow
 def test_a_batch_trains_each_run_as_its_own_job_would(tmp_path, manifest_dir):
-    """runtime.runs_per_job: `train-batch` over two runs stages, for each, the files and the metrics
-    a one-run `train --evaluate-out` job writes (each run seeds itself; order does not matter)."""
+    """runtime.runs_per_job: `train-batch` over two runs writes, for each, the run.json of its plan file and the
+    files and the metrics a one-run `train --evaluate-out` job writes (each run seeds itself; order does not
+    matter), without model.pt with --no-model."""
     from rankrepro.cli import main
+    from rankrepro.plan.complete import run_id
 
     runs = [tiny_run(epochs=1), tiny_run(epochs=1, seed=3)]
+    ids = [run_id(run) for run in runs]
     common = ["--manifest", str(manifest_dir), "--device", "cpu", "--threads", "1", "--no-progress"]
     singles = []
     for k, run in enumerate(runs):
         path = _write_run(tmp_path / "single" / f"r{k}", run)
-        main(["train", "--run", path, *common, "--evaluate-out", f"{tmp_path}/single/r{k}/metrics.json",
-              "--curve", f"{tmp_path}/single/r{k}/curve.png"])
+        main(["train", "--run", path, *common, "--evaluate-out", f"{tmp_path}/single/r{k}/metrics.json"])
         singles.append(json.loads((tmp_path / "single" / f"r{k}" / "metrics.json").read_text())["metrics"])
-    batch = [_write_run(tmp_path / "batch" / f"r{k}", run) for k, run in reversed(list(enumerate(runs)))]
-    main(["train-batch", "--runs", *batch, "--staged", str(tmp_path / "staged"), "--out",
-          str(tmp_path / "batch.json"), *common])
-    for k in range(2):
-        folder = tmp_path / "staged" / f"r{k}"
-        assert {p.name for p in folder.iterdir()} >= {"model.pt", "history.csv", "metrics.json", "curve.png"}
+    (tmp_path / "plan").mkdir()
+    for rid, run in zip(ids, runs):
+        (tmp_path / "plan" / f"{rid}.json").write_text(json.dumps({**run, "id": rid}))
+    main(["train-batch", "--runs", *(str(tmp_path / "plan" / f"{rid}.json") for rid in reversed(ids)),
+          "--staged", str(tmp_path / "staged"), "--runs-dir", str(tmp_path / "runs"), "--no-model", *common])
+    for k, rid in enumerate(ids):
+        folder = tmp_path / "runs" / rid
+        assert {p.name for p in folder.iterdir()} == {"run.json", "history.csv", "metrics.json", "curve.csv"}
+        assert json.loads((folder / "run.json").read_text()) == {**runs[k], "id": rid}
         assert json.loads((folder / "metrics.json").read_text())["metrics"] == singles[k]
     assert singles[0] != singles[1]  # the seeds matter, so the comparison can fail
 

@@ -85,7 +85,7 @@ def test_the_flags_default_to_the_config_schema_and_reach_the_settings():
     args = parser.parse_args(["train", "--run", "r.json", "--manifest", "m", "--no-channels-last", "--compile",
                               "--prefetch-factor", "2"])
     assert runtime_from_args(args) == TrainRuntime(channels_last=False, compile=True, prefetch_factor=2)
-    args = parser.parse_args(["train-batch", "--runs", "r.json", "--staged", "s", "--out", "b.json", "--manifest", "m",
+    args = parser.parse_args(["train-batch", "--runs", "r.json", "--staged", "s", "--runs-dir", "runs", "--manifest", "m",
                               "--no-persistent-workers"])
     assert runtime_from_args(args) == TrainRuntime(persistent_workers=False)
 

@@ -230,7 +230,7 @@ def test_the_download_runs_as_the_dataset_declaring_the_most_files():
     config = {"data_root": "data", "tracking": {"tracking_uri": "sqlite:///x.db", "experiment": "x"}, "tables": {},
               "datasets": {"voc07": {"replica": True}, "voc0712": {"replica": True}}}
     runtime = {"device": "cpu", "num_workers": 0, "eval_batch_size": 8, "image_cache": False,
-               "evaluate_in_train_job": False, "runs_per_job": 1}
+               "evaluate_in_train_job": False, "runs_per_job": 1, "keep_model": True, "curves": True}
     targets = WorkflowTargets(Plan.from_json(plan_from_config(config)), {"data_root": "data", "runtime": runtime},
                               PlanFiles(Path("plan.json"), {}, Path("runs")))
     assert targets.source_dataset(W(source="voc")) == "voc0712"

@@ -166,7 +166,7 @@ def test_every_error_type_of_the_project_cuts_its_message():
     from rankrepro.torchfile import TorchFileError
 
     assert len(str(TorchFileError("m.pt", "z" * 10**5, "remedy"))) < MESSAGE_LIMIT + 50
-    assert len(str(BatchRunsFailed("b.json", {"r": "z" * 10**5}, 1, "staged"))) < MESSAGE_LIMIT + 50
+    assert len(str(BatchRunsFailed({"r": "z" * 10**5}, 1, "staged"))) < MESSAGE_LIMIT + 50
 
 
 def test_a_schema_error_quotes_a_huge_value_briefly(tmp_path):
@@ -230,7 +230,7 @@ def _commands(bad: Path, tmp: Path) -> dict:
         "write-run": ["write-run", "--plan", bad, "--run-id", "a-b-0123456789", "--out", tmp / "run.json"],
         "train": ["train", "--run", bad, "--manifest", tmp],
         "evaluate": ["evaluate", "--run", bad, "--manifest", tmp, "--model", tmp / "m.pt", "--out", tmp / "m.json"],
-        "train-batch": ["train-batch", "--runs", bad, "--staged", tmp / "staged", "--out", tmp / "b.json",
+        "train-batch": ["train-batch", "--runs", bad, "--staged", tmp / "staged", "--runs-dir", tmp / "runs",
                         "--manifest", tmp],
     }
 

@@ -1,4 +1,5 @@
 import os
+from types import SimpleNamespace
 # The plan and the rules' input functions (no rules). Imports no torch: the planner reads the
 # config, the setups, the table specs and the catalog (data), and writes results/plan/ (files named
 # by their content, a run's by its id); the rules read that plan through TARGETS
@@ -8,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 from rankrepro.plan.build import plan_from_config, write_plan
 from rankrepro.plan.model import Plan
 from rankrepro.plan.schema import PlanError
-from rankrepro.plan.targets import HGLDV2_DIR, STAGED_DIR, TargetError, WorkflowTargets
+from rankrepro.plan.targets import HGLDV2_DIR, STAGED_DIR, TargetError, WorkflowTargets, run_dir
 from rankrepro.tables.index import ESTIMATE_GPU
 
 # where the config comes from, as messages name it: its files (the command line's over the Snakefile's), --config
@@ -44,14 +45,24 @@ wildcard_constraints:
 
 
 def evaluate_outputs():
-    """A run's metrics.json and its training curve, shown in the report under its paper."""
-    files = TARGETS.evaluate_files()
-    return {"metrics": files["metrics"],
-            "curve": report(files["curve"], caption="../report/curve.rst", subcategory="training curves",
-                            category=TARGETS.run_paper, labels=TARGETS.run_labels)}
+    """A run's metrics.json."""
+    return TARGETS.evaluate_files()
 
 
 def train_outputs():
-    """model.pt and history.csv, and evaluate_outputs() too with runtime.evaluate_in_train_job."""
-    files = TARGETS.train_files()
-    return {**files, **evaluate_outputs()} if RUNTIME["evaluate_in_train_job"] else files
+    """model.pt (unless runtime.keep_model is false) and history.csv, and evaluate_outputs() too with
+    runtime.evaluate_in_train_job."""
+    return TARGETS.train_files()
+
+
+def batch_rule_settings(name, shared):
+    """Apply the set-threads and set-resources of ``shared`` (train_batch), from the profile or the command line,
+    to ``name``, one of a family of rules defined in a loop (train_batch_<batch>), under those given for ``name``
+    itself; Snakemake applies them by exact rule name only."""
+    settings, batch_rule = workflow.resource_settings, workflow.get_rule(name)
+    threads, resources = settings._parsed_overwrite_threads, settings._parsed_overwrite_resources
+    if shared in threads and name not in threads:
+        batch_rule.resources["_cores"] = threads[shared]
+    if shared in resources:
+        batch_rule.resources.update(resources[shared])
+        batch_rule.resources.update(resources.get(name, {}))

@@ -56,7 +56,7 @@ rule track:
 
 
 # -- Results index and the Snakemake report (snakemake --report results/report.html): each table as
-# an HTML page, a training curve per run (written by the evaluate job), a paper-vs-ours scatter per paper, all under the paper's
+# an HTML page, a training curve per run (curves_<paper>, runtime.curves), a paper-vs-ours scatter per paper, all under the paper's
 # category; every run's recipe card (category Recipes); results/README.md indexes them. Paths: TARGETS
 # (rankrepro.plan.targets).
 
@@ -111,6 +111,41 @@ rule paper_scatter:
         runtime=10,
     shell:
         "python -m rankrepro plot scatter --paper {wildcards.paper:q} --tables {input:q} --out {output:q} > {log:q} 2>&1"
+
+
+# One job per paper draws the training curves of the table runs it is the first paper of (TARGETS.curve_runs;
+# none with runtime.curves false): matplotlib is imported once per paper, never by a training process. One rule
+# per paper, since its outputs are the runs' own files.
+for _paper, _runs in TARGETS.curve_runs().items():
+
+    rule:
+        name:
+            f"curves_{_paper}"
+        input:
+            TARGETS.curve_inputs(_paper),
+        output:
+            [
+                report(
+                    TARGETS.curve_file(rid),
+                    caption="../report/curve.rst",
+                    category=_paper,
+                    subcategory="training curves",
+                    labels=TARGETS.run_labels(SimpleNamespace(run_id=rid)),
+                )
+                for rid in _runs
+            ],
+        params:
+            runs=[run_dir(rid) for rid in _runs],
+        log:
+            f"results/logs/curves/{_paper}.log",
+        conda:
+            "../../envs/train.yaml"
+        localrule: True
+        resources:
+            mem_mb=TARGETS.cluster.cap_mem(2000),
+            runtime=10,
+        shell:
+            "python -m rankrepro plot curves --runs {params.runs:q} > {log:q} 2>&1"
 
 
 # -- The leaderboards (issue 36, docs/planning.md "Leaderboards: under one roof"): a plot per leaderboard and a

@@ -22,6 +22,7 @@ from pathlib import Path
 from rankrepro.bench.plan import workflow_copy
 from rankrepro.io import atomic_write_json, atomic_write_text
 from rankrepro.plan.model import Plan
+from rankrepro.plan.targets.common import RULE_FAMILIES
 
 GOAL_S = 15 * 60
 
@@ -41,8 +42,15 @@ def job_counts(stdout: str) -> dict[str, int]:
 
 
 def rule_rows(jobs: dict[str, int]) -> dict[str, int]:
-    """The jobs per rule, without ``total``."""
-    return {rule: n for rule, n in jobs.items() if rule != "total"}
+    """The jobs per rule, without ``total``; the rules of a family (one per batch or paper:
+    :data:`~rankrepro.plan.targets.common.RULE_FAMILIES`, ``train_batch_sop_0``) summed under its name."""
+    family = re.compile(rf"^({'|'.join(RULE_FAMILIES)})_[a-z0-9_]+$")
+    rows: dict[str, int] = {}
+    for rule, n in jobs.items():
+        if rule != "total":
+            name = family.sub(r"\1", rule)
+            rows[name] = rows.get(name, 0) + n
+    return rows
 
 
 def _snakemake(wf: Path, *args: str) -> subprocess.CompletedProcess:

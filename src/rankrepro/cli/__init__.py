@@ -24,7 +24,7 @@ from rankrepro.messages import MESSAGE_LIMIT, short_text
 
 #: the commands' ``add_<command>(sub)``, in the order ``--help`` lists them
 COMMANDS = (data.add_replica, data.add_download, data.add_prepare, runs.add_write_run, runs.add_train,
-            runs.add_evaluate, runs.add_train_batch, runs.add_adopt, data.add_cache, results.add_table,
+            runs.add_evaluate, runs.add_train_batch, data.add_cache, results.add_table,
             results.add_sweep_plot, results.add_results_index, results.add_table_html, results.add_plot,
             results.add_leaderboard_summary,
             plan.add_plan, plan.add_cost, plan.add_recipe, results.add_synthetic, tools.add_catalog,

@@ -4,6 +4,7 @@ sweeps.smk, synthetic.smk)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 
@@ -77,6 +78,13 @@ def add_table_html(sub) -> None:
 def cmd_plot(args) -> None:
     from rankrepro.tables import plots
 
+    if args.what == "curves":
+        for folder in map(Path, args.runs):
+            plots.training_curve(folder / "history.csv", folder / "curve.png", metrics_json=folder / "metrics.json")
+        print(f"wrote curve.png in {len(args.runs)} run folders")
+        return
+    if not args.out:
+        sys.exit(f"rankrepro plot {args.what}: --out is required")
     if args.what == "curve":
         plots.training_curve(args.history, args.out, metrics_json=args.metrics, title=args.title)
     elif args.what == "leaderboard":
@@ -89,10 +97,12 @@ def cmd_plot(args) -> None:
 
 
 def add_plot(sub) -> None:
-    p = sub.add_parser("plot", help="a run's training curve, a paper's paper-vs-ours scatter, or a leaderboard's "
-                       "R@1 vs mAP@R (PNG)")
-    p.add_argument("what", choices=["curve", "scatter", "leaderboard"])
-    p.add_argument("--out", required=True)
+    p = sub.add_parser("plot", help="a run's training curve, several runs' (curves: each run folder's curve.png), "
+                       "a paper's paper-vs-ours scatter, or a leaderboard's R@1 vs mAP@R (PNG)")
+    p.add_argument("what", choices=["curve", "curves", "scatter", "leaderboard"])
+    p.add_argument("--out", help="curve, scatter, leaderboard: the PNG")
+    p.add_argument("--runs", nargs="*", default=[], help="curves: run folders results/runs/<id> (each one's "
+                   "history.csv and metrics.json read, its curve.png written)")
     p.add_argument("--history", help="curve: results/runs/<id>/history.csv")
     p.add_argument("--metrics", help="curve: results/runs/<id>/metrics.json (final metrics in the title)")
     p.add_argument("--title", help="curve: default the run folder's name; leaderboard: default the CSV's name")

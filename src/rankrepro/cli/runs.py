@@ -1,5 +1,5 @@
-"""``write-run``, ``train``, ``evaluate``, ``train-batch`` and ``adopt``: a run's record, its training and its
-evaluation (workflow/rules/train.smk, evaluate.smk)."""
+"""``write-run``, ``train``, ``evaluate`` and ``train-batch``: a run's record, its training and its evaluation
+(workflow/rules/train.smk, evaluate.smk)."""
 
 from __future__ import annotations
 
@@ -19,18 +19,24 @@ def _json(path: str) -> dict:
     return load_json_mapping(path)
 
 
-def cmd_write_run(args) -> None:
-    """Write run ``--run-id`` as its run.json from its plan file ``--plan`` (results/plan/runs/<id>.json:
-    the run and its ``id``), checked to hold that run (its id, and a content that hashes to it)."""
+def _write_run(plan: str | Path, run_id: str, out: str | Path) -> None:
+    """Write run ``run_id`` as its run.json ``out`` from its plan file ``plan`` (results/plan/runs/<id>.json:
+    the run and its ``id``), checked to hold that run (its id, and a content that hashes to it); a
+    :class:`~rankrepro.plan.schema.PlanError` naming the file when it does not."""
     from rankrepro.io import atomic_write_json
     from rankrepro.plan.model import check_run_record
+
+    atomic_write_json(out, check_run_record(_json(plan), plan, run_id))
+
+
+def cmd_write_run(args) -> None:
+    """Write run ``--run-id`` as its run.json from its plan file ``--plan`` (:func:`_write_run`)."""
     from rankrepro.plan.schema import PlanError
 
     try:
-        record = check_run_record(_json(args.plan), args.plan, args.run_id)
+        _write_run(args.plan, args.run_id, args.out)
     except PlanError as err:
         sys.exit(str(err))
-    atomic_write_json(args.out, record)
 
 
 def add_write_run(sub) -> None:
@@ -83,8 +89,6 @@ def _run_parser(sub, name: str, help_text: str, func) -> argparse.ArgumentParser
                    "it matches the manifest and the transform; else the originals, with a warning")
     p.set_defaults(func=func)
     p.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
-    p.add_argument("--curve", help="also plot the run's training curve (history.csv beside --run, the "
-                   "final metrics in the title) to this PNG")
     return p
 
 
@@ -99,11 +103,10 @@ def _settings(args, eval_image_cache: str | None):
                        eval_batch_size=args.batch_size)
 
 
-def _train(args, run_json: str | Path, out_dir: Path, evaluate_out: str | Path | None,
-           curve: str | Path | None) -> None:
+def _train(args, run_json: str | Path, out_dir: Path, evaluate_out: str | Path | None) -> None:
     """Train the run of ``run_json`` into ``out_dir`` (model.pt, history.csv) through the training loop
-    (:func:`rankrepro.engine.loop.train`) and, with ``evaluate_out``, evaluate it into that metrics.json (and plot
-    its curve). The runtime settings come from the flags of :func:`rankrepro.record.runtime.add_runtime_flags`.
+    (:func:`rankrepro.engine.loop.train`) and, with ``evaluate_out``, evaluate it into that metrics.json. The
+    runtime settings come from the flags of :func:`rankrepro.record.runtime.add_runtime_flags`.
 
     With ``evaluate_out``, the manifests of the run's ``eval.datasets`` are read before training (a broken
     meta.json fails first, naming the file), and the training is kept until the evaluation succeeds
@@ -127,13 +130,21 @@ def _train(args, run_json: str | Path, out_dir: Path, evaluate_out: str | Path |
         model = train(run, args.manifest, out_dir, _settings(args, args.eval_image_cache), run_id=rid, task=task)
         kept_training.keep(out_dir)
     # the evaluation transform's cache, or the originals
-    _evaluate(args, run_json, model, evaluate_out, args.eval_image_cache, curve, out_dir / "history.csv")
+    _evaluate(args, run_json, model, evaluate_out, args.eval_image_cache)
     kept_training.discard(out_dir)
 
 
 def cmd_train(args) -> None:
+    """Train (and evaluate) one run; with ``--no-model`` (runtime.keep_model: false), remove its model.pt once
+    its evaluation is written."""
+    if args.no_model and not args.evaluate_out:
+        sys.exit("rankrepro train: --no-model needs --evaluate-out (nothing else would ever read the model)")
     _start_job(args)
-    _train(args, args.run, Path(args.run).parent, args.evaluate_out, args.curve)
+    _train(args, args.run, Path(args.run).parent, args.evaluate_out)
+    if args.no_model:
+        from rankrepro.engine.model_file import MODEL_FILE
+
+        (Path(args.run).parent / MODEL_FILE).unlink(missing_ok=True)
 
 
 def add_train(sub) -> None:
@@ -142,37 +153,43 @@ def add_train(sub) -> None:
                    "same process (runtime.evaluate_in_train_job)")
     p.add_argument("--eval-image-cache", help="the image cache of that evaluation and of the run's test curve "
                    "(eval.every; default: the originals)")
+    p.add_argument("--no-model", action="store_true", help="remove model.pt once the evaluation is written "
+                   "(runtime.keep_model: false; needs --evaluate-out)")
     add_runtime_flags(p)
 
 
 def cmd_train_batch(args) -> None:
-    """Train, then evaluate, each ``--runs`` run not staged yet, in turn in this process
-    (runtime.runs_per_job; :func:`rankrepro.engine.batch.train_batch`): each writes model.pt,
-    history.csv, metrics.json and curve.png into ``<staged>/<id>/`` as a one-run
-    ``train --evaluate-out`` job writes them beside its run.json; then the batch record ``--out``.
-    Exit status 1, naming each failed run and its error, when any failed."""
+    """Write, train, then evaluate each ``--runs`` run not staged yet, in turn in this process
+    (runtime.runs_per_job; :func:`rankrepro.engine.batch.train_batch`): each writes run.json (from its plan
+    file), model.pt, history.csv and metrics.json into ``<staged>/<id>/`` as a one-run ``train --evaluate-out``
+    job writes them beside its run.json; then each run's files go into ``<runs-dir>/<id>/`` (model.pt only
+    without ``--no-model``). Exit status 1, naming each failed run and its error, when any failed."""
     from rankrepro.engine.batch import BatchRunsFailed, train_batch
 
+    plans = {Path(plan).name.removesuffix(".json"): plan for plan in args.runs}
     _start_job(args)
 
-    def train_one(run_json: Path, out_dir: Path) -> None:
-        _train(args, run_json, out_dir, out_dir / "metrics.json", out_dir / "curve.png")
+    def train_one(run_id: str, out_dir: Path) -> None:
+        _write_run(plans[run_id], run_id, out_dir / "run.json")
+        _train(args, out_dir / "run.json", out_dir, out_dir / "metrics.json")
 
     try:
-        record = train_batch(args.runs, args.staged, args.out, train_one)
+        published = train_batch(plans, args.staged, args.runs_dir, train_one, keep_model=not args.no_model)
     except BatchRunsFailed as err:
         sys.exit(str(err))
-    print(f"{args.out}: {len(record['runs'])} runs staged")
+    print(f"{args.runs_dir}: {len(published)} runs written")
 
 
 def add_train_batch(sub) -> None:
     p = sub.add_parser("train-batch", help="train and evaluate several runs of one dataset in one process "
                        "(runtime.runs_per_job)")
-    p.add_argument("--runs", nargs="+", required=True, help="results/runs/<run_id>/run.json of each run")
+    p.add_argument("--runs", nargs="+", required=True, help="each run's plan file, results/plan/runs/<run_id>.json")
     p.add_argument("--staged", required=True, help="where each run is trained: <staged>/<run_id>/ "
                    "(results/batches/staged; a run staged already is not trained again)")
-    p.add_argument("--out", required=True, help="the batch record, written once every run is staged: "
-                   "results/batches/<batch>/batch.json")
+    p.add_argument("--runs-dir", required=True, help="where the runs' files go once every run is staged: "
+                   "<runs-dir>/<run_id>/ (results/runs)")
+    p.add_argument("--no-model", action="store_true", help="do not keep the runs' model.pt "
+                   "(runtime.keep_model: false)")
     p.add_argument("--manifest", required=True, help="manifest directory (the runs' dataset)")
     p.add_argument("--device", default="auto")
     p.add_argument("--num-workers", type=int, default=0)
@@ -185,29 +202,9 @@ def add_train_batch(sub) -> None:
     p.set_defaults(func=cmd_train_batch)
 
 
-def cmd_adopt(args) -> None:
-    """Put a run's files, staged by its training batch, into its folder (no torch)."""
-    from rankrepro.engine.batch import AdoptError, adopt
-
-    try:
-        files = adopt(args.batch, args.run_id, args.out)
-    except AdoptError as err:
-        sys.exit(str(err))
-    print(f"{args.out}: {', '.join(f.name for f in files)} from {args.batch}")
-
-
-def add_adopt(sub) -> None:
-    p = sub.add_parser("adopt", help="put a run's files, staged by its training batch, into its folder "
-                       "(hard links or copies, atomically)")
-    p.add_argument("--batch", required=True, help="the batch record: results/batches/<batch>/batch.json")
-    p.add_argument("--run-id", required=True)
-    p.add_argument("--out", required=True, help="results/runs/<run_id>")
-    p.set_defaults(func=cmd_adopt)
-
-
 def cmd_evaluate(args) -> None:
     _start_job(args)
-    _evaluate(args, args.run, args.model, args.out, args.image_cache, args.curve, Path(args.run).parent / "history.csv")
+    _evaluate(args, args.run, args.model, args.out, args.image_cache)
 
 
 def add_evaluate(sub) -> None:
@@ -216,14 +213,10 @@ def add_evaluate(sub) -> None:
     p.add_argument("--out", required=True)
 
 
-def _evaluate(args, run_json, model, out, image_cache: str | None, curve, history) -> None:
+def _evaluate(args, run_json, model, out, image_cache: str | None) -> None:
     """Evaluate the ``model`` of the run of ``run_json`` into ``out`` (metrics.json) with its task's
-    evaluator, its datasets read from ``image_cache`` (None: the originals), and, with ``curve``, plot
-    the run's training curve (its ``history`` csv, the final metrics in the title)."""
+    evaluator, its datasets read from ``image_cache`` (None: the originals). Its training curve is drawn by
+    another job (``plot curves``: no matplotlib in a training process)."""
     run, rid, task = _task(run_json)
     result = task.evaluate(run, args.manifest, model, out, _settings(args, image_cache), run_id=rid)
-    if curve:
-        from rankrepro.tables.plots import training_curve
-
-        training_curve(history, curve, metrics_json=out)
     print(json.dumps(result["metrics"]))

@@ -48,7 +48,7 @@ LEADERBOARD = "leaderboard"
 
 LAYOUT = """\
 - `manifests/<dataset>/` — manifest.csv + meta.json per prepared dataset
-- `runs/<run_id>/` — run.json, history.csv, model.pt, metrics.json (checkpoint.pt while training), curve.png; curve.csv (the test curve, runs with `eval.every`)
+- `runs/<run_id>/` — run.json, history.csv, model.pt (unless `runtime.keep_model: false`), metrics.json (checkpoint.pt while training), curve.png (`runtime.curves`); curve.csv (the test curve, runs with `eval.every`)
 - `tables/<paper>/<table>.{md,csv,tex,html}` — paper tables, paper number beside ours; `tables/<paper>/scatter.png`
 - `tables/<benchmark>/<dataset>.{md,csv,tex,html,png}`, `tables/<benchmark>/summary.{md,csv,html}` — the leaderboards (config `benchmarks`), their plots and summary across datasets
 - `synthetic/<name>.{md,json,png}` — results that need no image dataset

@@ -25,11 +25,12 @@ Paths are relative to the workflow's folder:
 
 - ``<data_root>/replicas/<source>/replica.json``, ``<data_root>/downloads/<source>/download.json``;
 - ``results/manifests/<dataset>/``, ``results/cache/<dataset>/s<S>/cache.json``;
-- ``results/runs/<id>/``: run.json, model.pt, history.csv (:meth:`WorkflowTargets.train_files`),
-  metrics.json, curve.png (:meth:`WorkflowTargets.evaluate_files`); with ``eval.every`` the train job also
-  writes the test curve curve.csv there, not a declared output (a run without one has none; the evaluate
-  step reads it beside model.pt, :mod:`rankrepro.record.selection`);
-- ``results/batches/<batch>/batch.json`` and ``results/batches/staged/<id>/``: training batches
+- ``results/runs/<id>/``: run.json, model.pt (unless ``runtime.keep_model`` is false), history.csv
+  (:meth:`WorkflowTargets.train_files`), metrics.json (:meth:`WorkflowTargets.evaluate_files`), curve.png
+  (:meth:`WorkflowTargets.curve_file`, drawn per paper unless ``runtime.curves`` is false); with ``eval.every``
+  the train job also writes the test curve curve.csv there, not a declared output (a run without one has none;
+  the evaluate step reads it beside model.pt, :mod:`rankrepro.record.selection`);
+- ``results/batches/staged/<id>/``: where a training batch trains its runs before it writes their folders
   (``runtime.runs_per_job`` > 1; :mod:`rankrepro.plan.batches`, :mod:`rankrepro.engine.batch`);
 - ``results/plan/``, ``results/tables/<paper>/<table>.*``, ``results/synthetic/``, ``results/hgldv2/``;
 - ``results/recipes.md`` and ``results/recipes.html``: every run's recipe card (:mod:`rankrepro.recipe`).
@@ -87,6 +88,9 @@ class WorkflowTargets(DatasetTargets, RunTargets, BatchTargets, ClusterTargets, 
                 raise TargetError(f"runtime.runs_per_job is {self.runs_per_job} but runtime.evaluate_in_train_job "
                                   "is false: a batch job trains and evaluates its runs; set evaluate_in_train_job: "
                                   "true or runs_per_job: 1")
+        if not self.runtime["keep_model"] and not self.runtime["evaluate_in_train_job"]:
+            raise TargetError("runtime.keep_model is false but runtime.evaluate_in_train_job is false: the evaluate "
+                              "job reads model.pt; set evaluate_in_train_job: true or keep_model: true")
         self._batch_of = {rid: name for name, ids in self.batches.items() for rid in ids}
         #: the jobs' runtime and memory, and the caps every rule's threads and mem_mb go through
         try:

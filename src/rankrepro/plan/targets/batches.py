@@ -1,10 +1,14 @@
 """The training batches of :class:`~rankrepro.plan.targets.WorkflowTargets` (``runtime.runs_per_job`` > 1:
-:mod:`rankrepro.plan.batches`; ``workflow/rules/train.smk``): several runs of one dataset trained by one job."""
+:mod:`rankrepro.plan.batches`; ``workflow/rules/train.smk``): several runs of one dataset trained by one job,
+which writes its runs' files itself (one rule per batch, ``train_batch_<batch>``; no job per run)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+from rankrepro.engine.batch import run_files
 from rankrepro.plan.model import manifest_path
-from rankrepro.plan.targets.common import BATCHES_DIR, TargetError, run_dir
+from rankrepro.plan.targets.common import TargetError, run_dir
 
 
 class BatchTargets:
@@ -37,26 +41,32 @@ class BatchTargets:
         return self._batch_of[run_id]
 
     @staticmethod
-    def batch_record(batch: str = "{batch}") -> str:
-        """The record a batch job writes last (its only output), once every run of the batch is staged."""
-        return f"{BATCHES_DIR}/{batch}/batch.json"
+    def batch_wildcards(batch: str) -> SimpleNamespace:
+        """The wildcards of batch ``batch``'s rule (``train_batch_<batch>``, one rule per batch: its outputs are
+        its runs' files), for the methods below that take ``wildcards``."""
+        return SimpleNamespace(batch=batch)
 
-    def run_batch_record(self, wildcards) -> list[str]:
-        """The record of the run's training batch, with runtime.runs_per_job > 1 (else nothing)."""
-        return [self.batch_record(self.batch_of(wildcards.run_id))] if self.batched else []
+    def batch_plan_files(self, wildcards) -> list[str]:
+        """The plan file of each run of the batch (results/plan/runs/<id>.json), which its run.json is written
+        from, in the batch's order."""
+        return [str(self.files.run(rid)) for rid in self.batch_runs(wildcards)]
 
-    def batch_run_configs(self, wildcards) -> list[str]:
-        """The run.json of each run of the batch."""
-        return [f"{run_dir(rid)}/run.json" for rid in self.batch_runs(wildcards)]
+    def batch_outputs(self, wildcards) -> list[str]:
+        """What the batch job writes: each run's run.json, history.csv, metrics.json, and model.pt unless
+        runtime.keep_model is false (:func:`rankrepro.engine.batch.run_files`)."""
+        names = run_files(self.runtime["keep_model"])
+        return [f"{run_dir(rid)}/{name}" for rid in self.batch_runs(wildcards) for name in names]
+
+    def batch_flags(self, wildcards) -> list[str]:
+        """``--no-model`` with runtime.keep_model false, as a list."""
+        return [] if self.runtime["keep_model"] else ["--no-model"]
 
     def batch_manifest(self, wildcards) -> list[str]:
-        """The manifest of the batch's dataset (its runs share it), and those of its runs' ``eval.datasets``."""
+        """The manifest of the batch's dataset (its runs share it; first: the rule passes its folder), and those of
+        its runs' ``eval.datasets``."""
         runs = [self.run(rid) for rid in self.batch_runs(wildcards)]
         extra = sorted({manifest_path(name) for run in runs for name in run["eval"].get("datasets", [])})
         return [manifest_path(runs[0]["dataset"]), *extra]
-
-    def batch_manifest_dir(self, wildcards) -> str:
-        return f"results/manifests/{self.run(self.batch_runs(wildcards)[0])['dataset']}"
 
     def batch_cache_inputs(self, wildcards) -> list[str]:
         """The cache.json files a batch waits for (its runs share them)."""

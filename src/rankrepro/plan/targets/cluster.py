@@ -13,13 +13,12 @@ class ClusterTargets:
         return [Work(wildcards.run_id, train=True, evaluate=self.runtime["evaluate_in_train_job"])]
 
     def train_runtime(self, wildcards) -> int:
-        """The train job's runtime (minutes): its run's estimate (:mod:`rankrepro.plan.resources`); 5 for a
-        batched run's (it only adopts its batch's files)."""
-        return 5 if self.batched else self.cluster.runtime_minutes(self._train_work(wildcards))
+        """The train job's runtime (minutes): its run's estimate (:mod:`rankrepro.plan.resources`)."""
+        return self.cluster.runtime_minutes(self._train_work(wildcards))
 
     def train_mem_mb(self, wildcards) -> int:
-        """The train job's memory (MB): from its run's dataset and batch; 1000 for a batched run's."""
-        return self.cluster.cap_mem(1000) if self.batched else self.cluster.mem_mb(self._train_work(wildcards))
+        """The train job's memory (MB): from its run's dataset and batch."""
+        return self.cluster.mem_mb(self._train_work(wildcards))
 
     def evaluate_runtime(self, wildcards) -> int:
         """The evaluate job's runtime (minutes): one evaluation of its run, estimated."""

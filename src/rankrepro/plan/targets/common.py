@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from rankrepro.messages import ShortMessage
 
-#: where training batches keep their records (``<batch>/batch.json``) and their staged runs
+#: where training batches stage their runs (``staged/<id>/``) before writing their folders
 BATCHES_DIR = "results/batches"
 STAGED_DIR = f"{BATCHES_DIR}/staged"
 HGLDV2_DIR = "results/hgldv2"
+#: the families of rules defined in a loop, one rule each per batch (train_batch_<batch>, train.smk) or per paper
+#: (curves_<paper>, tables.smk): their outputs are runs' own files, which no wildcard pattern names
+RULE_FAMILIES = ("train_batch", "curves")
 #: every run's recipe card, grouped by paper and table, and its HTML copy shown in the report
 RECIPES_MD, RECIPES_HTML = "results/recipes.md", "results/recipes.html"
 

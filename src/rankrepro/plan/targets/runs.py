@@ -9,8 +9,8 @@ from rankrepro.plan.targets.common import TargetError, run_cache_size, run_dir
 
 
 class RunTargets:
-    """The runs' part of :class:`~rankrepro.plan.targets.WorkflowTargets` (a batched run's train job
-    adopts its files: :class:`~rankrepro.plan.targets.batches.BatchTargets`)."""
+    """The runs' part of :class:`~rankrepro.plan.targets.WorkflowTargets` (one job per run; with
+    runtime.runs_per_job > 1 a batch's job writes its runs' files: :class:`~rankrepro.plan.targets.batches.BatchTargets`)."""
 
     def run(self, run_id: str) -> dict:
         """The planned run ``run_id``."""
@@ -61,9 +61,7 @@ class RunTargets:
         return self._cache_inputs(wildcards.run_id, "evaluate")
 
     def train_manifest(self, wildcards) -> list[str]:
-        """The manifest the train job reads (none with runtime.runs_per_job > 1: its batch job read it)."""
-        if self.batched:
-            return []
+        """The manifest the train job reads, and those of the run's ``eval.datasets`` when it evaluates."""
         extra = self.eval_manifests(wildcards) if self.evaluates_in_train_job(wildcards.run_id) else []
         return [self.run_manifest(wildcards), *extra]
 
@@ -74,9 +72,7 @@ class RunTargets:
 
     def train_caches(self, wildcards) -> list[str]:
         """The cache.json files the train job reads: its training's, and its evaluation's when it evaluates
-        (:meth:`evaluates_in_train_job`; none with runtime.runs_per_job > 1: its batch job read them)."""
-        if self.batched:
-            return []
+        (:meth:`evaluates_in_train_job`)."""
         evaluation = self.run_eval_cache(wildcards) if self.evaluates_in_train_job(wildcards.run_id) else []
         return self.run_train_cache(wildcards) + evaluation
 
@@ -85,33 +81,37 @@ class RunTargets:
         return self._cache_args(wildcards.run_id, "evaluate", "--image-cache")
 
     def train_files(self, run_id: str = "{run_id}") -> dict[str, str]:
-        """What the train job of a run writes: model.pt and history.csv, and evaluate_files() too with
-        runtime.evaluate_in_train_job (``run_id``: a run's, or the rule's pattern)."""
+        """What the train job of a run writes: model.pt (not with runtime.keep_model false) and history.csv,
+        and evaluate_files() too with runtime.evaluate_in_train_job (``run_id``: a run's, or the rule's pattern)."""
         folder = run_dir(run_id)
-        files = {"model": f"{folder}/model.pt", "history": f"{folder}/history.csv"}
+        files = {"model": f"{folder}/model.pt"} if self.runtime["keep_model"] else {}
+        files["history"] = f"{folder}/history.csv"
         return {**files, **self.evaluate_files(run_id)} if self.runtime["evaluate_in_train_job"] else files
 
     @staticmethod
     def evaluate_files(run_id: str = "{run_id}") -> dict[str, str]:
-        """What evaluating a run writes: metrics.json, and the training curve for the report."""
-        return {"metrics": f"{run_dir(run_id)}/metrics.json", "curve": f"{run_dir(run_id)}/curve.png"}
+        """What evaluating a run writes: metrics.json."""
+        return {"metrics": f"{run_dir(run_id)}/metrics.json"}
+
+    @staticmethod
+    def curve_file(run_id: str) -> str:
+        """A run's training curve (drawn by its paper's curves job: :meth:`curve_runs`)."""
+        return f"{run_dir(run_id)}/curve.png"
 
     def train_command(self, wildcards, threads) -> list[str]:
         """The train job's ``python -m rankrepro`` arguments (each quoted by the rule): ``train`` the run,
         evaluating it too with runtime.evaluate_in_train_job (and scoring its test curve, eval.every, with the
-        evaluation's batch size and image cache); with runtime.runs_per_job > 1, ``adopt`` the files its
-        training batch staged (:mod:`rankrepro.engine.batch`)."""
+        evaluation's batch size and image cache), then removing its model.pt with runtime.keep_model false."""
         rid = wildcards.run_id
-        if self.batched:
-            return ["adopt", "--batch", self.batch_record(self.batch_of(rid)), "--run-id", rid, "--out", run_dir(rid)]
         command = ["train", "--run", f"{run_dir(rid)}/run.json", "--manifest", self.run_manifest_dir(wildcards),
                    "--device", self.runtime["device"], "--num-workers", str(self.runtime["num_workers"]),
                    "--threads", str(threads), *self._cache_args(rid, "train", "--image-cache"),
                    *self.runtime_flags]
         if self.runtime["evaluate_in_train_job"]:
-            files = self.evaluate_files(rid)
-            command += ["--evaluate-out", files["metrics"], "--curve", files["curve"]]
+            command += ["--evaluate-out", self.evaluate_files(rid)["metrics"]]
         if self.evaluates_in_train_job(rid):
             command += ["--batch-size", str(self.runtime["eval_batch_size"]),
                         *self._cache_args(rid, "evaluate", "--eval-image-cache")]
+        if not self.runtime["keep_model"]:
+            command.append("--no-model")
         return command

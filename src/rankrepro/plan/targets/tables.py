@@ -42,9 +42,30 @@ class TableTargets:
         return files + [f"results/tables/{key}.md" for key in self.plan.tables]
 
     def run_paper(self, wildcards) -> str:
-        """The report category of a run's training curve: the first paper whose tables use it."""
+        """The report category of a run's training curve, and the paper whose curves job draws it: the first
+        paper whose tables use it."""
         tables = self.plan.tables_using(wildcards.run_id)
         return self.plan.tables[tables[0]].paper if tables else "other runs"
+
+    def curve_runs(self) -> dict[str, list[str]]:
+        """``{paper: [run id, ...]}``: the table runs whose training curve each paper's curves job draws (each run
+        under :meth:`run_paper`, the first paper whose tables use it), in plan order; none with runtime.curves
+        false."""
+        if not self.runtime["curves"]:
+            return {}
+        if getattr(self, "_curve_runs", None) is None:
+            paper_of: dict[str, str] = {}
+            for table in self.plan.tables.values():
+                for rid in table.runs:
+                    paper_of.setdefault(rid, table.paper)
+            self._curve_runs: dict[str, list[str]] = {}
+            for rid, paper in paper_of.items():
+                self._curve_runs.setdefault(paper, []).append(rid)
+        return self._curve_runs
+
+    def curve_inputs(self, paper: str) -> list[str]:
+        """What paper ``paper``'s curves job reads: each of its runs' history.csv and metrics.json."""
+        return [f"{run_dir(rid)}/{name}" for rid in self.curve_runs()[paper] for name in ("history.csv", "metrics.json")]
 
     def run_labels(self, wildcards) -> dict:
         """The report labels of a run's training curve (a run shared by several tables names them all)."""
@@ -66,11 +87,11 @@ class TableTargets:
 
     def report_outputs(self) -> list[str]:
         """What the report shows, besides the index: an HTML page per table, a training curve per run
-        of a table, a paper-vs-ours scatter per paper (not per leaderboard benchmark: it has no paper numbers),
+        of a table (runtime.curves), a paper-vs-ours scatter per paper (not per leaderboard benchmark: it has no paper numbers),
         the plot of each sweep and of each leaderboard, each benchmark's summary page, the recipe cards."""
         benchmarks = self.leaderboard_benchmarks()
         return ([f"results/tables/{key}.html" for key in self.plan.tables]
-                + [self.evaluate_files(rid)["curve"] for rid in self.plan.table_runs()]
+                + [self.curve_file(rid) for rids in self.curve_runs().values() for rid in rids]
                 + [f"results/tables/{paper}/scatter.png" for paper in self.plan.papers() if paper not in benchmarks]
                 + self.sweep_outputs() + self.leaderboard_plots()
                 + [f"results/tables/{b}/{SUMMARY}.html" for b in benchmarks] + [RECIPES_HTML])
