@@ -29,16 +29,10 @@ from pathlib import Path
 
 from rankrepro.io import link_or_copy
 from rankrepro.messages import ShortMessage
-from rankrepro.record.selection import CURVE_FILE
+from rankrepro.record.run_folder import OPTIONAL_STAGED_FILES, STAGED_FILES, run_files
 
 __all__ = ["OPTIONAL_STAGED_FILES", "STAGED_FILES", "BatchRunsFailed", "PublishError", "is_staged", "publish",
            "run_files", "train_batch"]
-
-#: what a written, trained and evaluated run's folder holds (``train --evaluate-out``), metrics.json written last
-STAGED_FILES = ("run.json", "model.pt", "history.csv", "metrics.json")
-#: what it also holds when the run has one: its test curve (eval.every, rankrepro.engine.curve)
-OPTIONAL_STAGED_FILES = (CURVE_FILE,)
-
 
 class BatchRunsFailed(ShortMessage, RuntimeError):
     """Runs of a batch failed (the others are staged); the message names each with its error."""
@@ -52,12 +46,6 @@ class BatchRunsFailed(ShortMessage, RuntimeError):
 
 class PublishError(ShortMessage, RuntimeError):
     """A run's staged files are missing; the message names the folder and the files."""
-
-
-def run_files(keep_model: bool = True) -> tuple[str, ...]:
-    """The files of :data:`STAGED_FILES` a batched run publishes into ``results/runs/<id>/``: all of them,
-    without ``model.pt`` unless ``keep_model`` (the order they are published in; metrics.json last)."""
-    return tuple(name for name in STAGED_FILES if keep_model or name != "model.pt")
 
 
 def _missing(folder: Path) -> list[str]:

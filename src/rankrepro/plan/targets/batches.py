@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from rankrepro.engine.batch import run_files
+from rankrepro.record.run_folder import run_files
 from rankrepro.plan.model import manifest_path
 from rankrepro.plan.targets.common import TargetError, run_dir
 
@@ -53,7 +53,7 @@ class BatchTargets:
 
     def batch_outputs(self, wildcards) -> list[str]:
         """What the batch job writes: each run's run.json, history.csv, metrics.json, and model.pt unless
-        runtime.keep_model is false (:func:`rankrepro.engine.batch.run_files`)."""
+        runtime.keep_model is false (:func:`rankrepro.record.run_folder.run_files`)."""
         names = run_files(self.runtime["keep_model"])
         return [f"{run_dir(rid)}/{name}" for rid in self.batch_runs(wildcards) for name in names]
 
