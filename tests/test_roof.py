@@ -255,8 +255,9 @@ def test_the_page_ranks_the_losses_by_mean_over_seeds(tmp_path):
     render(table, tmp_path / "runs", tmp_path / "out" / "cub")
     md = (tmp_path / "out" / "cub.md").read_text()
     body = [ln for ln in md.splitlines() if ln.startswith("| ") and "Rank" not in ln]
-    # rank, loss, per metric ours and its verdict against the column's best, then the best-on-test numbers
-    assert body[0] == "| 1 | sup_ap | 62.0 ± 2.0 | best | 30.0 ± 0.0 | best | 72.0 ± 2.0 | 30.0 ± 0.0 |"
+    # rank, loss, per metric ours and its verdict against the column's best, the papers' numbers (none for Sup-AP
+    # on CUB), then the best-on-test numbers
+    assert body[0] == "| 1 | sup_ap | 62.0 ± 2.0 | best | 30.0 ± 0.0 | best | — | — | 72.0 ± 2.0 | 30.0 ± 0.0 |"
     assert body[1].startswith("| 2 | triplet | 52.0 ± 2.0 | < (p 0.0036) | 30.0 ± 0.0 | best |")  # equal means
     assert body[2].startswith("| — | angular | — | — |")
     assert "Replica data" in md
@@ -343,10 +344,11 @@ def test_the_page_says_which_loss_is_within_noise_of_the_best(tmp_path):
     assert rows["sup_ap", "R@1"]["vs_best"] == "best" and rows["sup_ap", "R@1"]["p_value"] == ""
     assert rows["angular", "R@1"]["vs_best"] == "" and rows["angular", "R@1"]["rank"] == ""
     tex = (tmp_path / "out" / "cub.tex").read_text()
-    assert "Rank & Loss & R@1 & mAP@R \\\\" in tex and "paper &" not in tex  # not the runs-table layout
-    assert r"1 & sup\_ap & \textbf{62.0 $\pm$ 2.0} & 31.0 $\pm$ 1.0$^{\approx}$ \\" in tex
-    assert r"2 & contrastive & 60.0 $\pm$ 2.0$^{\approx}$ & 20.0 $\pm$ 0.0 \\" in tex
-    assert r"3 & triplet & 52.0 $\pm$ 2.0 & \textbf{34.0 $\pm$ 2.0} \\" in tex
+    # not the runs-table layout: ours per metric, then the papers' numbers (CUB: RaMBO's and SupRank's quotes)
+    assert "Rank & Loss & R@1 & mAP@R & R@1 (paper) & mAP@R (paper) \\\\" in tex and "paper &" not in tex
+    assert r"1 & sup\_ap & \textbf{62.0 $\pm$ 2.0} & 31.0 $\pm$ 1.0$^{\approx}$ & -- & -- \\" in tex
+    assert r"2 & contrastive & 60.0 $\pm$ 2.0$^{\approx}$ & 20.0 $\pm$ 0.0 & 26.4 & -- \\" in tex  # RaMBO's quote
+    assert r"3 & triplet & 52.0 $\pm$ 2.0 & \textbf{34.0 $\pm$ 2.0} & 63.6 & -- \\" in tex  # SupRank's quote
     assert "Welch t-test" in tex and "≈" not in tex
 
 
@@ -548,7 +550,11 @@ def test_the_demo_renders_a_leaderboard_its_summary_and_its_plot(tmp_path):
     assert len(rows) == 60 and all(r["ours"] and r["rank"] and r["family"] for r in rows)  # 30 losses x 2 metrics
     assert {r["vs_best"] for r in rows} <= {"best", "n/a (one seed)"} and "best" in {r["vs_best"] for r in rows}
     page = (tables / "cub.md").read_text()
-    assert "| Rank | Loss | R@1 | R@1 vs best |" in page and "| — |" not in page and "Replica data" in page
+    assert "| Rank | Loss | R@1 | R@1 vs best |" in page and "Replica data" in page
+    body = [ln.split(" | ") for ln in page.splitlines() if ln.startswith("| ") and "Rank" not in ln]
+    assert len(body) == 30 and all(cells[2] != "—" for cells in body)  # every loss has ours
+    assert "| R@1 (paper) |" in page  # and a paper's number where one reports it (tests/test_reported.py)
+    assert any(cells[1] == "triplet" and cells[6].startswith("63.6 [") for cells in body)
     with open(tables / "summary.csv", newline="") as f:
         summary = list(csv.DictReader(f))
     assert len(summary) == 30 and all(r["cub"] and r["datasets"] == "1" and r["mean_rank"] for r in summary)

@@ -282,10 +282,16 @@ class Entry:
         ``rank``, :data:`rankrepro.losses.registry.FAMILIES`), None when it declares none."""
         return getattr(self.builder, "family", None)
 
+    @property
+    def paper(self) -> str | None:
+        """The paper the builder declares in a ``paper`` attribute (the reproduced paper that introduced a loss,
+        :mod:`rankrepro.losses.registry`), None when it declares none."""
+        return getattr(self.builder, "paper", None)
+
     def as_json(self) -> dict:
         """The entry as the catalog stores it: target, fixed keywords (a function as its
         ``module:qualname``), parameters, accepts_any, ``task`` when the builder declares one, ``hierarchical``
-        (true) when it declares it (:attr:`hierarchical`), ``family`` when it declares one (:attr:`family`), and ``facts`` when the builder declares facts with an ``as_json`` (a task's :class:`~rankrepro.record.tasks.TaskFacts`)."""
+        (true) when it declares it (:attr:`hierarchical`), ``family`` when it declares one (:attr:`family`), ``paper`` when it declares one (:attr:`paper`), and ``facts`` when the builder declares facts with an ``as_json`` (a task's :class:`~rankrepro.record.tasks.TaskFacts`)."""
         fixed = {k: f"{v.__module__}:{v.__qualname__}" if callable(v) else v for k, v in self.fixed.items()}
         out = {"target": self.target, "fixed": fixed, "accepts_any": self.accepts_any,
                "parameters": {k: p.as_json() for k, p in self.parameters().items()}}
@@ -295,6 +301,8 @@ class Entry:
             out["hierarchical"] = True
         if self.family is not None:
             out["family"] = self.family
+        if self.paper is not None:
+            out["paper"] = self.paper
         facts = getattr(self.builder, "facts", None)
         if hasattr(facts, "as_json"):
             out["facts"] = facts.as_json()

@@ -4,8 +4,8 @@
 ``snakemake --cores <cores> --profile profiles/demo`` there (replicas generated, prepared, every run
 of every table trained and evaluated, every table, sweep plot, synthetic result, the H-GLDv2 chain,
 the MLflow import and the results index) and writes ``<out>/demo.{md,json}``: the wall time, the
-jobs per rule (from the dry run of the same folder), the runs, the tables rendered, and the
-machine's cores. Goal (issues 14 and 15: every table in the demo): under 15 minutes on 2 cores.
+jobs per rule (from the dry run of the same folder), the runs, the tables rendered, the disk the
+``results/`` folder takes afterwards (as ``du`` counts it: allocated blocks), and the machine's cores. Goal (issues 14 and 15: every table in the demo): under 15 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -53,6 +53,11 @@ def rule_rows(jobs: dict[str, int]) -> dict[str, int]:
     return rows
 
 
+def disk_bytes(folder: Path) -> int:
+    """The bytes the files under ``folder`` occupy on disk (allocated blocks, as ``du`` counts them)."""
+    return sum(p.lstat().st_blocks * 512 for p in folder.rglob("*") if not p.is_symlink() and p.is_file())
+
+
 def _snakemake(wf: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     return subprocess.run([sys.executable, "-m", "snakemake", *args], check=False, cwd=wf,
@@ -76,17 +81,19 @@ def run(out_dir="results/bench", cores: int = 2) -> dict:
         plan = Plan.load(wf / re.search(r"results/plan/plan\.[0-9a-f]{12}\.json", dry.stdout).group(0))
         tables = sorted(str(p.relative_to(wf / "results" / "tables").with_suffix(""))
                         for p in (wf / "results" / "tables").rglob("*.md"))
+        results_bytes = disk_bytes(wf / "results")
     record = {"seconds": round(seconds, 1), "goal_s": GOAL_S, "cores": cores, "cpu_count": os.cpu_count(),
               "machine": platform.platform(), "jobs": job_counts(dry.stdout), "runs": len(plan.runs),
-              "tables": tables}
+              "tables": tables, "results_bytes": results_bytes}
     atomic_write_json(Path(out_dir) / "demo.json", record)
     jobs = record["jobs"]
     lines = [f"# The whole demo (`snakemake --cores {cores} --profile profiles/demo`)", "",
              ("`python -m rankrepro bench demo`: a fresh copy of the workflow, from nothing (replicas generated) "
               "to the results index. Goal: under 15 minutes on 2 cores."), "",
-             "| wall time | goal | jobs | runs | tables rendered | cores (machine) |", "|---:|---:|---:|---:|---:|---:|",
+             "| wall time | goal | jobs | runs | tables rendered | `results/` on disk | cores (machine) |",
+             "|---:|---:|---:|---:|---:|---:|---:|",
              (f"| {seconds / 60:.1f} min ({seconds:.0f} s) | {GOAL_S // 60} min | {jobs.get('total', 0)} | "
-              f"{record['runs']} | {len(tables)} | {cores} ({os.cpu_count()}) |"), "",
+              f"{record['runs']} | {len(tables)} | {results_bytes / 2**20:.0f} MiB | {cores} ({os.cpu_count()}) |"), "",
              "| rule | jobs |", "|---|---:|"]
     lines += [f"| {rule} | {n} |" for rule, n in rule_rows(jobs).items()]
     lines += ["", "Tables: " + ", ".join(f"`{t}`" for t in tables)]
@@ -97,4 +104,4 @@ def run(out_dir="results/bench", cores: int = 2) -> dict:
 def main(out_dir="results/bench", device: str | None = None) -> None:
     record = run(out_dir)
     print(f"demo: {record['seconds']:.0f} s, {record['jobs'].get('total', 0)} jobs, {record['runs']} runs, "
-          f"{len(record['tables'])} tables")
+          f"{len(record['tables'])} tables, results/ {record['results_bytes'] / 2**20:.0f} MiB")

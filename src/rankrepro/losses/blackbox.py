@@ -57,6 +57,7 @@ class _BlackboxBase(torch.nn.Module):
     """Shared input handling: scores [B, N'] and relevance of each query's retrieval list."""
 
     family = "rank"  # a ranking metric (recall, AP) through blackbox ranks (losses.registry)
+    paper = "rambo"  # introduced by RaMBO (Rolínek et al., CVPR 2020) (losses.registry)
 
     include_query: bool
 

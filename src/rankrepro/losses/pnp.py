@@ -78,6 +78,7 @@ class PNPLoss(RankingLoss):
     """
 
     VARIANTS = ("O", "Iu", "Ib", "Ds", "Dq")
+    paper = "pnp"  # introduced by PNP (Li et al., AAAI 2022), every variant (losses.registry)
     def __init__(
         self,
         variant: str = "Dq",

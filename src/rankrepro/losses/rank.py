@@ -366,12 +366,13 @@ class RankingLoss(nn.Module):
         return 1.0 - metric.mean()
 
 
-def stepped(name: str, module: str, head: type, step_cls: type, doc: str | None = None, **defaults):
+def stepped(name: str, module: str, head: type, step_cls: type, doc: str | None = None, paper: str | None = None,
+            **defaults):
     """A registrable builder ``head(step=step_cls(<step keywords>), <head keywords>)`` with one flat
     keyword signature (the step's parameters, then the head's; ``defaults`` override), named
-    ``name`` in ``module`` (see :func:`rankrepro.losses.registry.compose`)."""
+    ``name`` in ``module``, introduced by ``paper`` (see :func:`rankrepro.losses.registry.compose`)."""
     return compose(name, module, lambda v: head(step=step_cls(**pick(v, step_cls)), **pick(v, head)),
-                   step_cls, head, doc=doc, **defaults)
+                   step_cls, head, doc=doc, paper=paper, **defaults)
 
 
 class APLoss(RankingLoss):

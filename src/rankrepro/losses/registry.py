@@ -28,6 +28,12 @@ ArcFace, CSL) or ``"rank"`` (it relaxes a ranking metric: AP, recall, H-AP, NDCG
 first part's that declares one. Hierarchical or not is the other declaration (above), not a family. The catalog
 records it (``"family"``); the leaderboards' plots colour the losses by it.
 
+The paper of a loss: a loss introduced by one of the papers this project reproduces declares ``paper``, that
+paper's key (its folder of table specs: ``pnp``, ``rambo``, ``smooth_ap``, ``suprank``, ``topk``) -- on the class
+(a base class for its subclasses) or as a :func:`compose` argument (else the first part's that declares one); a
+loss from other work (the baselines) declares none. The catalog records it (``"paper"``); a leaderboard shows the
+number that paper reports for the loss first (:mod:`rankrepro.tables.reported`).
+
 The data sizes a loss may need (``num_classes``, ``num_classes_per_level``,
 ``embedding_size``) are the registry's *context*: not hyper-parameters of a run, passed by
 the caller through ``build(..., context={...})`` and given only to the losses whose
@@ -152,7 +158,7 @@ def _keyword_parameters(fn) -> list[inspect.Parameter]:
 
 
 def compose(name: str, module: str, make, *parts, doc: str | None = None, fixed: dict | None = None,
-            family: str | None = None, **defaults):
+            family: str | None = None, paper: str | None = None, **defaults):
     """A builder with one flat keyword signature made of the parts' keyword parameters.
 
     ``parts``: callables (classes or functions) whose keyword parameters (``step`` excepted)
@@ -162,8 +168,8 @@ def compose(name: str, module: str, make, *parts, doc: str | None = None, fixed:
     and builds the loss; :func:`pick` selects one part's values. The builder is named
     ``name`` in ``module`` (assign it to that module-level name), so the registry reads
     plain JSON parameters from it -- e.g. Sup-AP = ``APLoss(step=SupRankStep(tau=..., ...))``
-    registered with flat ``tau``, ``rho``, ... keywords. ``family``: the loss's family (module docstring),
-    default the first part's that declares one.
+    registered with flat ``tau``, ``rho``, ... keywords. ``family`` and ``paper``: the loss's family and paper
+    (module docstring), each by default the first part's that declares one.
     """
     params: dict[str, inspect.Parameter] = {}
     fixed = dict(fixed or {})
@@ -191,6 +197,9 @@ def compose(name: str, module: str, make, *parts, doc: str | None = None, fixed:
     family = family or next((part.family for part in parts if getattr(part, "family", None)), None)
     if family:  # the family (module docstring): given, else the first part's
         builder.family = family
+    paper = paper or next((part.paper for part in parts if getattr(part, "paper", None)), None)
+    if paper:  # the paper that introduced the loss (module docstring): given, else the first part's
+        builder.paper = paper
     builder.__name__ = builder.__qualname__ = name
     builder.__module__ = module
     builder.__doc__ = doc

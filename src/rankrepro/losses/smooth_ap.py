@@ -8,7 +8,7 @@ from .steps import SigmoidStep
 
 __all__ = ["SmoothAP"]
 
-SmoothAP = register("smooth_ap", stepped("SmoothAP", __name__, APLoss, SigmoidStep, doc=r"""Smooth-AP loss: ``1 - mean_q AP_q`` with a sigmoid-relaxed ranking.
+SmoothAP = register("smooth_ap", stepped("SmoothAP", __name__, APLoss, SigmoidStep, paper="smooth_ap", doc=r"""Smooth-AP loss: ``1 - mean_q AP_q`` with a sigmoid-relaxed ranking.
 
     For query q with retrieval set Omega and positives P (same label, finest level)::
 

@@ -185,6 +185,10 @@ class SigmoidStep(Step):
 class SupRankStep(Step):
     """SupRank: H^- on strictly-less-relevant pairs, exact H elsewhere and in rank+."""
 
+    #: SupRank's step makes a loss SupRank's (Ramzi et al., TPAMI): every loss built on it (Sup-AP, ROADMAP,
+    #: HAPPIER, ...) declares that paper through :func:`~rankrepro.losses.registry.compose` (losses.registry)
+    paper = "suprank"
+
     has_deriv = True
 
     def __init__(

@@ -99,6 +99,7 @@ class TopKPrecisionLoss(torch.nn.Module):
     """
 
     family = "rank"  # the precision of the top k of the ranking (losses.registry)
+    paper = "topk"  # introduced by "Sampling Wisely" (Lu et al., ICCV 2019) (losses.registry)
 
     def __init__(
         self,

@@ -43,8 +43,8 @@ def make_plan(tables: dict[str, list[str]], overrides: dict | None = None, datas
     where the config's ``variants`` turns them on (:mod:`rankrepro.plan.variants`)."""
     if setups_dir is not None and "setups" not in planner_kw:
         planner_kw["setups"] = load_setups(setups_dir, planner_kw.get("schemas"))
-    planner = Planner(overrides, **planner_kw)
     specs_dir = specs_dir or SPECS_DIR
+    planner = Planner(overrides, specs_dir=specs_dir, **planner_kw)
     datasets_config = datasets_config or {}
     for name in datasets_config:
         if name not in planner.catalog["dataset"]:

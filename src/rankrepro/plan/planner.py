@@ -13,12 +13,15 @@ column) it is the merge (:mod:`rankrepro.plan.merge`), in this order, of
 4. the seed, when the spec lists ``seeds``,
 
 then completed and validated (:mod:`rankrepro.plan.complete`). :attr:`Planner.provenance` keeps,
-per run id, where each of its values came from (the first cell that resolved it).
+per run id, where each of its values came from (the first cell that resolved it). :attr:`Planner.specs_dir` is
+the plan's folder of table specs (a leaderboard reads the papers' numbers from it:
+:mod:`rankrepro.tables.reported`) and :attr:`Planner.memo` what a kind computes once per plan.
 """
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 from rankrepro import catalog as catalog_mod
 from rankrepro.catalog import COMPONENTS
@@ -28,6 +31,7 @@ from rankrepro.plan.planned import dataset_pending, load_planned, run_pending
 from rankrepro.plan.schema import PlanError, Schemas, dotted, validate
 from rankrepro.record.tasks import DEFAULT_TASK
 from rankrepro.plan.setups import Setup, apply_per_loss, check_per_loss, load_setups, setup_layers
+from rankrepro.plan.specs import SPECS_DIR
 
 __all__ = ["Planner", "resolve_run", "PER_TASK"]
 
@@ -39,8 +43,11 @@ class Planner:
 
     def __init__(self, overrides: dict | None = None, *, catalog: dict | None = None,
                  setups: dict[str, Setup] | None = None, schemas: Schemas | None = None,
-                 planned: dict | None = None, overrides_label: str = "config run_overrides"):
+                 planned: dict | None = None, overrides_label: str = "config run_overrides",
+                 specs_dir: str | Path = SPECS_DIR):
         self.schemas = schemas or Schemas()
+        self.specs_dir = Path(specs_dir)  # the table specs of this plan (a leaderboard reads the papers' numbers)
+        self.memo: dict = {}  # what depends on the planner's inputs alone, computed once per plan
         self.catalog = catalog if catalog is not None else catalog_mod.load()
         self.setups = setups if setups is not None else load_setups(schemas=self.schemas)
         self.planned = planned if planned is not None else load_planned()

@@ -13,7 +13,9 @@ as a runs table (:class:`~rankrepro.tables.kinds.runs.RunsTable`: the same run i
   ``levels``). A newly registered loss is a new row once the catalog records it; each row's loss block is its
   name alone, so its hyper-parameters are its registered defaults (filled by the planner) and the data sizes
   its builder takes (class counts) come from the training set; each row records the loss's ``family`` and
-  ``hierarchical`` (the catalog's: the plot's colour and marker);
+  ``hierarchical`` (the catalog's: the plot's colour and marker), and per column ``paper`` and ``paper_source``:
+  the number a reproduced paper reports for the loss on the dataset and metric, and where
+  (:func:`add_reported`, :mod:`rankrepro.tables.reported`: the loss's own paper first, else the most recent);
 - **columns** (:func:`metric_columns`): one per metric, all of the setup, the spec's ``per_loss`` in their
   ``run`` block (the same block in every column: a row's columns share its runs).
 
@@ -26,11 +28,12 @@ the seeds of the epoch ``eval.select`` chooses, the last by default; ``std`` the
 ``last``/``best``: the last epoch's and the best epoch's on the test set, shown, never ranked on) with each
 entry's ``rank``: the rank of its row by the first metric's ours (standard competition ranking, 1 = best;
 empty without a number), ``vs_best`` and ``p_value``: whether the loss is within noise of the best loss of
-that column (:mod:`rankrepro.tables.significance`: a two-sided Welch t-test over the seeds), and the row's
-``family`` and ``hierarchical``; ``paper`` is empty (the losses' paper-reported numbers are not transcribed yet).
+that column (:mod:`rankrepro.tables.significance`: a two-sided Welch t-test over the seeds), the row's ``family``
+and ``hierarchical``, and ``paper`` / ``paper_source`` (``diff``: ours - paper, under two recipes).
 ``<prefix>.md`` is the leaderboard, best first: rank, loss, ours ± std and the verdict against the column's best
-per metric, the best-on-test numbers beside them where a test curve found a better epoch; ``<prefix>.tex`` the
-same leaderboard in LaTeX (rank, loss, ours ± std per metric, the best bold, within noise marked ≈). The plot
+per metric, the papers' numbers beside them (each with the index of its source, listed in the notes), the
+best-on-test numbers where a test curve found a better epoch; ``<prefix>.tex`` the same leaderboard in LaTeX
+(rank, loss, ours ± std per metric, the best bold, within noise marked ≈, the papers' numbers). The plot
 (:func:`rankrepro.tables.plots.leaderboard_plot`, ``<prefix>.png``) and the summary across datasets
 (:mod:`rankrepro.tables.leaderboard_summary`) read the CSV.
 """
@@ -48,10 +51,11 @@ from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import REPLICA_NOTE, KindPlan
 from rankrepro.tables.kinds.runs import (RunsTable, _number, cell_values, other_column, selection_note, shown_epoch,
                                          table_rows)
+from rankrepro.tables.reported import PERCENT, choose, reported_for
 from rankrepro.tables.significance import BEST, TEST, WITHIN, noise_verdicts, verdict_text
 
-__all__ = ["DEFAULT_SEEDS", "LEADERBOARDS", "SUMMARY", "LeaderboardTable", "hierarchical_dataset", "loss_rows",
-           "mark_noise", "metric_columns", "rank_rows", "supports"]
+__all__ = ["DEFAULT_SEEDS", "LEADERBOARDS", "SUMMARY", "LeaderboardTable", "add_reported", "hierarchical_dataset",
+           "loss_rows", "mark_noise", "metric_columns", "rank_rows", "supports"]
 
 #: the seeds of a leaderboard whose spec lists none [our choice: three restarts, as RaMBO reports; the config's
 #: ``seeds`` replace them]
@@ -78,12 +82,25 @@ def supports(loss: dict, facts: dict) -> bool:
 
 def loss_rows(catalog: dict, dataset: str, ncol: int) -> list[dict]:
     """The rows of ``dataset``'s leaderboard: every loss of the catalog it supports (:func:`supports`), sorted,
-    each ``{"method", "loss": {"name"}, "paper", "family", "hierarchical"}`` (``paper``: ``ncol`` nulls;
-    ``family``: the loss's declared family, None where it declares none)."""
+    each ``{"method", "loss": {"name"}, "paper", "family", "hierarchical"}`` (``paper``: ``ncol`` nulls, filled by
+    :func:`add_reported`; ``family``: the loss's declared family, None where it declares none)."""
     facts = catalog["dataset"][dataset]["facts"]
     return [{"method": name, "loss": {"name": name}, "paper": [None] * ncol, "family": entry.get("family"),
              "hierarchical": bool(entry.get("hierarchical"))}
             for name, entry in sorted(catalog["loss"].items()) if supports(entry, facts)]
+
+
+def add_reported(rows: list[dict], columns: list[dict], dataset: str, reported: dict, losses: dict) -> None:
+    """Fill each row's ``paper`` (one number per column, None where no paper reports one) and ``paper_source``
+    (where it is printed) with the number a paper reports for the row's loss on ``dataset`` and the column's
+    metric (:func:`rankrepro.tables.reported.choose` among ``reported``; ``losses``: the catalog's, whose
+    ``paper`` names the loss's own paper)."""
+    for row in rows:
+        chosen = [choose(reported.get((row["loss"]["name"], dataset, column["metric"], column.get("unit", PERCENT)),
+                                      []), losses[row["loss"]["name"]].get("paper"))
+                  for column in columns]
+        row["paper"] = [None if n is None else n.value for n in chosen]
+        row["paper_source"] = [None if n is None else n.source for n in chosen]
 
 
 def metric_columns(spec: dict, group: str) -> list[dict]:
@@ -126,17 +143,40 @@ def _by_rank(rows: list[dict], ncol: int) -> list[list[dict]]:
                                                entries[0]["method"]))
 
 
+#: what a leaderboard's paper numbers are (its page's intro, its LaTeX caption)
+PAPER_NOTE = ("paper: the number a reproduced paper reports for the loss on this dataset and metric (the loss's own "
+              "paper first, else the most recent paper: rankrepro.tables.reported), under that paper's recipe, not "
+              "this one's: it places ours, it is no target")
+
+
+def _paper_cells(entries: list[dict], sources: dict[str, int]) -> list[str]:
+    """A row's paper numbers on the page, each with the index of its source (``sources``: source -> index,
+    grown as new sources appear); — where no paper reports one."""
+    cells = []
+    for e in entries:
+        if e["paper"] is None:
+            cells.append("—")
+            continue
+        index = sources.setdefault(e["paper_source"], len(sources) + 1)
+        cells.append(f"{_number(e['paper'], None, e['decimals'])} [{index}]")
+    return cells
+
+
 def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
     """The leaderboard page: rows by rank, ours ± std and the verdict against the column's best per metric
-    (:func:`mark_noise`), the best-on-test numbers beside them where some differ from the last epoch's (never
-    ranked on)."""
+    (:func:`mark_noise`), the paper's number beside ours where a paper reports one (its source in the notes), the
+    best-on-test numbers where some differ from the last epoch's (never ranked on)."""
     ncol = len(spec["metrics"])
     best = other_column(rows) == "best"  # where some cell's best epoch on the test set is not its last
+    paper = any(e["paper"] is not None for e in rows)
+    sources: dict[str, int] = {}
     header = (["Rank", "Loss"] + [part for m in spec["metrics"] for part in (m["header"], f"{m['header']} vs best")]
+              + ([f"{m['header']} (paper)" for m in spec["metrics"]] if paper else [])
               + ([f"{m['header']} (best on test)" for m in spec["metrics"]] if best else []))
     cells = [[str(entries[0]["rank"] or "—"), entries[0]["method"]]
              + [part for e in entries for part in (_number(e["ours"], e["std"], e["decimals"]),
                                                      verdict_text(e["vs_best"], e["p_value"]))]
+             + (_paper_cells(entries, sources) if paper else [])
              + ([_number(e["best"], e["best_std"], e["decimals"]) for e in entries] if best else [])
              for entries in _by_rank(rows, ncol)]
     intro = (f"Source: {spec['source']}. Every registered retrieval loss the dataset's labels support, one recipe "
@@ -144,8 +184,10 @@ def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
              f"{spec['metrics'][0]['header']} (mean over the seeds; equal means share a rank); — = no run yet. "
              f"vs best: against the loss with the best mean of that column, by a {TEST}: ≈ = within noise "
              "(p ≥ alpha), < = below it (p < alpha), n/a (one seed) = no test without two seeds on both sides. "
+             + (f"{PAPER_NOTE[0].upper()}{PAPER_NOTE[1:]}; [n]: its source, in the notes. " if paper else "")
              + selection_note(rows)).rstrip()
-    notes = sorted({e["status"] for e in rows if e["status"] not in ("ours", "cited", "missing")})
+    notes = (sorted({e["status"] for e in rows if e["status"] not in ("ours", "cited", "missing")})
+             + [f"[{index}] {source}" for source, index in sources.items()])
     return markdown_page(spec, intro, REPLICA_NOTE if replica else None, header, cells, notes)
 
 
@@ -160,19 +202,26 @@ def _tex_value(entry: dict) -> str:
 
 
 def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
-    """The leaderboard in LaTeX: rank, loss, ours ± std per metric, rows by rank; the column's best bold, a loss
-    within noise of it marked ≈ (the caption names the test)."""
+    """The leaderboard in LaTeX: rank, loss, ours ± std per metric, rows by rank, and the paper's numbers after
+    them where a paper reports some; the column's best bold, a loss within noise of it marked ≈ (the caption names
+    the test)."""
     ncol = len(spec["metrics"])
-    lines = ["Rank & Loss & " + " & ".join(tex_escape(m["header"]) for m in spec["metrics"]) + r" \\", r"\midrule"]
+    paper = any(e["paper"] is not None for e in rows)
+    headers = ([tex_escape(m["header"]) for m in spec["metrics"]]
+               + ([tex_escape(f"{m['header']} (paper)") for m in spec["metrics"]] if paper else []))
+    lines = ["Rank & Loss & " + " & ".join(headers) + r" \\", r"\midrule"]
     for entries in _by_rank(rows, ncol):
         lines.append(" & ".join([str(entries[0]["rank"] or "--"), tex_escape(entries[0]["method"])]
-                                + [_tex_value(e) for e in entries]) + r" \\")
+                                + [_tex_value(e) for e in entries]
+                                + ([_number(e["paper"], None, e["decimals"], none="--") for e in entries] if paper
+                                   else [])) + r" \\")
     note = selection_note(rows)
     caption = (tex_escape(spec["caption"]) + (REPLICA_TEX if replica else "")
                + tex_escape(f" Ranked by {spec['metrics'][0]['header']}. Bold: the best mean of the column; ")
                + r"$^{\approx}$" + tex_escape(f": within noise of it ({TEST}, p ≥ alpha).")
+               + (tex_escape(f" {PAPER_NOTE[0].upper()}{PAPER_NOTE[1:]} (sources in the CSV).") if paper else "")
                + (f" {tex_escape(note)}" if note else ""))
-    return latex_table(caption, "rl" + "r" * ncol, lines)
+    return latex_table(caption, "rl" + "r" * (len(headers)), lines)
 
 
 @TABLE_KINDS.register("leaderboard")
@@ -208,12 +257,15 @@ class LeaderboardTable(RunsTable):
         spec["seeds"] = list(spec.get("seeds") or DEFAULT_SEEDS)
         spec["columns"] = metric_columns(spec, planner.catalog["dataset"][dataset]["facts"]["title"])
         spec["rows"] = loss_rows(planner.catalog, dataset, len(spec["columns"]))
+        add_reported(spec["rows"], spec["columns"], dataset, reported_for(planner), planner.catalog["loss"])
         return super().plan(spec, planner)
 
     def html(self, table, rows: list[dict]) -> str:
         """The report's page of a leaderboard: its Markdown page (:func:`to_markdown`) from the CSV rows, as HTML."""
         entries = [{**r, **self._epochs([r])[0], "std": parse_number(r.get("std")), "rank": int(r["rank"]) if r.get(
-            "rank") else None, "p_value": parse_number(r.get("p_value")), "vs_best": r.get("vs_best") or ""}
+            "rank") else None, "p_value": parse_number(r.get("p_value")), "vs_best": r.get("vs_best") or "",
+                    "paper": parse_number(r.get("paper")) if isinstance(r.get("paper"), str) else r.get("paper"),
+                    "paper_source": r.get("paper_source") or ""}
                    for r in rows]
         replica = any(r.get("replica") == "True" for r in rows)
         return markdown_html(to_markdown(table.spec, entries, replica), title=f"{table.paper} {table.table}")
@@ -231,7 +283,9 @@ class LeaderboardTable(RunsTable):
         mark_noise(rows, values, len(spec["columns"]))
         for i, entry in enumerate(rows):
             row = spec["rows"][i // len(spec["columns"])]
-            entry.update(family=row.get("family") or "", hierarchical=bool(row.get("hierarchical")))
+            entry.update(family=row.get("family") or "", hierarchical=bool(row.get("hierarchical")),
+                         paper_source=(row.get("paper_source") or [None] * len(spec["columns"]))[i % len(spec["columns"])]
+                         or "")
         write_outputs(out_prefix, to_markdown(spec, rows, replica), numbers_csv(rows, replica),
                       to_latex(spec, rows, replica))
         return rows

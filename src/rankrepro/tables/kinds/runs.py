@@ -4,7 +4,8 @@ Cell (row, column) is the run of the column's setup with the row's loss: the mer
 column's setup (and its ``extends`` chain), the column's ``run`` block, the row's ``loss``, the
 row's ``run`` block, the row's ``column_runs`` block for the column's group and then for its key (settings
 that differ per column, e.g. per dataset), the config's overrides, and the seed when the spec lists ``seeds`` (one run
-per seed). A row marked ``cited`` is quoted from other work and has no run; a cell whose setup,
+per seed). A row marked ``cited`` is quoted from other work and has no run (its ``loss``, when it names one, is
+the registered loss it quotes: a leaderboard's paper number, :mod:`rankrepro.tables.reported`); a cell whose setup,
 dataset or loss is only planned is pending (:mod:`rankrepro.plan.planned`).
 
 Rendered: ours is the mean over the cell's runs (seeds) of the metric in percent (a column
@@ -418,6 +419,10 @@ class RunsTable(TableKind):
         cells, runs = [], {}
         where = spec.get("_file", f"{spec['paper']}/{spec['table']}")
         for r, row in enumerate(spec["rows"]):
+            if row.get("cited") and "loss" in row and row["loss"]["name"] not in planner.catalog["loss"]:
+                raise PlanError(f"{where}: rows[{r}].loss.name: unknown loss {row['loss']['name']!r} (the registered "
+                                f"loss whose number the cited row {row['method']!r} quotes); registered: "
+                                f"{', '.join(sorted(planner.catalog['loss']))}")
             for c, column in enumerate(spec["columns"]):
                 cell = Cell(r, c, column["metric"])
                 cells.append(cell)
