@@ -16,9 +16,9 @@ cells, per table and in the total. **best − last**
 is the mean gap, in points, between the best epoch on the test set and the last epoch over a table's
 cells with a test curve (the total: over every such cell), the optimism of the papers' model selection.
 **Leaderboards** (tables of kind ``leaderboard``, :mod:`rankrepro.tables.kinds.leaderboard`: our own benchmark,
-not a paper's) have a section of their own, apart from the papers' tables: their cells have no paper number to
-reproduce and count in none of the papers' totals (cells, reproduced, within one point, pending); their runs
-count in the runs and hours, each once.
+not a paper's) have a section of their own, apart from the papers' tables: their cells reproduce no paper (the
+number a paper reports beside a loss is under that paper's recipe: context, no target) and count in none of the
+papers' totals (cells, reproduced, within one point, pending); their runs count in the runs and hours, each once.
 
 Links are relative to ``results/`` (the index's folder).
 """
@@ -315,8 +315,9 @@ def _leaderboard_lines(index: dict) -> list[str]:
     lines = ["", "## Leaderboards", "",
              ("Our own benchmark, apart from the papers' tables (config `benchmarks`; docs/planning.md \"Leaderboards: "
               "under one roof\"): every registered retrieval loss on one dataset under one recipe, mean ± std over "
-              "seeds, ranked, each loss tested against the best (Welch t-test). Its cells have no paper number: they "
-              "count in none of the totals above. Losses: the leaderboard's rows; ranked: those with a number."), ""]
+              "seeds, ranked, each loss tested against the best (Welch t-test), beside it the number a paper reports for "
+              "the loss under that paper's recipe. Its cells reproduce no paper: they count in none of the totals "
+              "above. Losses: the leaderboard's rows; ranked: those with a number."), ""]
     if index.get("summaries"):
         lines += ["Summary across datasets (each loss's rank per dataset, mean rank): " + ", ".join(
             f"[{b}](tables/{b}/{SUMMARY}.md)" for b in index["summaries"]), ""]
