@@ -39,7 +39,7 @@ from rankrepro.plan.merge import merge_layers
 from rankrepro.plan.setups import setup_layers
 from rankrepro.plan.specs import load_spec, spec_names
 from rankrepro.tables.kinds import spec_kind
-from rankrepro.tables.kinds.runs import column_run_layers
+from rankrepro.tables.kinds.runs import cell_layers
 
 __all__ = ["NEWEST_FIRST", "PERCENT", "Reported", "choose", "reported_for", "reported_numbers"]
 
@@ -77,12 +77,11 @@ class Reported:
 
 def _dataset(spec: dict, r: int, c: int, setups: dict) -> str | None:
     """The dataset of cell (``r``, ``c``)'s runs (module docstring); None when its setup is only planned."""
-    row, column = spec["rows"][r], spec["columns"][c]
+    column = spec["columns"][c]
     if column["setup"] not in setups:
         return None
-    at = f"{spec['_file']}: rows[{r}]"
-    layers = [*setup_layers(column["setup"], setups), (f"{spec['_file']}: columns[{c}].run", column.get("run", {})),
-              (f"{at}.run", row.get("run", {})), *column_run_layers(at, row, column)]
+    layers = [*setup_layers(column["setup"], setups),
+              *cell_layers(spec["_file"], f"rows[{r}]", spec["rows"][r], c, column)]
     return merge_layers(layers)[0].get("dataset")
 
 

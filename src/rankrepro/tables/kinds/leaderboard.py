@@ -82,11 +82,12 @@ def supports(loss: dict, facts: dict) -> bool:
 
 def loss_rows(catalog: dict, dataset: str, ncol: int) -> list[dict]:
     """The rows of ``dataset``'s leaderboard: every loss of the catalog it supports (:func:`supports`), sorted,
-    each ``{"method", "loss": {"name"}, "paper", "family", "hierarchical"}`` (``paper``: ``ncol`` nulls, filled by
-    :func:`add_reported`; ``family``: the loss's declared family, None where it declares none)."""
+    each ``{"method", "loss": {"name"}, "paper", "paper_source", "family", "hierarchical"}`` (``paper``,
+    ``paper_source``: ``ncol`` nulls each, filled by :func:`add_reported`; ``family``: the loss's declared family,
+    None where it declares none)."""
     facts = catalog["dataset"][dataset]["facts"]
-    return [{"method": name, "loss": {"name": name}, "paper": [None] * ncol, "family": entry.get("family"),
-             "hierarchical": bool(entry.get("hierarchical"))}
+    return [{"method": name, "loss": {"name": name}, "paper": [None] * ncol, "paper_source": [None] * ncol,
+             "family": entry.get("family"), "hierarchical": bool(entry.get("hierarchical"))}
             for name, entry in sorted(catalog["loss"].items()) if supports(entry, facts)]
 
 
@@ -144,7 +145,7 @@ def _by_rank(rows: list[dict], ncol: int) -> list[list[dict]]:
 
 
 #: what a leaderboard's paper numbers are (its page's intro, its LaTeX caption)
-PAPER_NOTE = ("paper: the number a reproduced paper reports for the loss on this dataset and metric (the loss's own "
+PAPER_NOTE = ("Paper: the number a reproduced paper reports for the loss on this dataset and metric (the loss's own "
               "paper first, else the most recent paper: rankrepro.tables.reported), under that paper's recipe, not "
               "this one's: it places ours, it is no target")
 
@@ -184,7 +185,7 @@ def to_markdown(spec: dict, rows: list[dict], replica: bool) -> str:
              f"{spec['metrics'][0]['header']} (mean over the seeds; equal means share a rank); — = no run yet. "
              f"vs best: against the loss with the best mean of that column, by a {TEST}: ≈ = within noise "
              "(p ≥ alpha), < = below it (p < alpha), n/a (one seed) = no test without two seeds on both sides. "
-             + (f"{PAPER_NOTE[0].upper()}{PAPER_NOTE[1:]}; [n]: its source, in the notes. " if paper else "")
+             + (f"{PAPER_NOTE}; [n]: its source, in the notes. " if paper else "")
              + selection_note(rows)).rstrip()
     notes = (sorted({e["status"] for e in rows if e["status"] not in ("ours", "cited", "missing")})
              + [f"[{index}] {source}" for source, index in sources.items()])
@@ -219,7 +220,7 @@ def to_latex(spec: dict, rows: list[dict], replica: bool) -> str:
     caption = (tex_escape(spec["caption"]) + (REPLICA_TEX if replica else "")
                + tex_escape(f" Ranked by {spec['metrics'][0]['header']}. Bold: the best mean of the column; ")
                + r"$^{\approx}$" + tex_escape(f": within noise of it ({TEST}, p ≥ alpha).")
-               + (tex_escape(f" {PAPER_NOTE[0].upper()}{PAPER_NOTE[1:]} (sources in the CSV).") if paper else "")
+               + (tex_escape(f" {PAPER_NOTE} (sources in the CSV).") if paper else "")
                + (f" {tex_escape(note)}" if note else ""))
     return latex_table(caption, "rl" + "r" * (len(headers)), lines)
 
@@ -263,9 +264,7 @@ class LeaderboardTable(RunsTable):
     def html(self, table, rows: list[dict]) -> str:
         """The report's page of a leaderboard: its Markdown page (:func:`to_markdown`) from the CSV rows, as HTML."""
         entries = [{**r, **self._epochs([r])[0], "std": parse_number(r.get("std")), "rank": int(r["rank"]) if r.get(
-            "rank") else None, "p_value": parse_number(r.get("p_value")), "vs_best": r.get("vs_best") or "",
-                    "paper": parse_number(r.get("paper")) if isinstance(r.get("paper"), str) else r.get("paper"),
-                    "paper_source": r.get("paper_source") or ""}
+            "rank") else None, "p_value": parse_number(r.get("p_value")), "vs_best": r.get("vs_best") or ""}
                    for r in rows]
         replica = any(r.get("replica") == "True" for r in rows)
         return markdown_html(to_markdown(table.spec, entries, replica), title=f"{table.paper} {table.table}")
@@ -284,8 +283,7 @@ class LeaderboardTable(RunsTable):
         for i, entry in enumerate(rows):
             row = spec["rows"][i // len(spec["columns"])]
             entry.update(family=row.get("family") or "", hierarchical=bool(row.get("hierarchical")),
-                         paper_source=(row.get("paper_source") or [None] * len(spec["columns"]))[i % len(spec["columns"])]
-                         or "")
+                         paper_source=row["paper_source"][i % len(spec["columns"])] or "")
         write_outputs(out_prefix, to_markdown(spec, rows, replica), numbers_csv(rows, replica),
                       to_latex(spec, rows, replica))
         return rows

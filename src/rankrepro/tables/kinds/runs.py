@@ -47,7 +47,7 @@ from rankrepro.tables.formats import (BEST, REPLICA_TEX, SECOND, group_spans, la
 from rankrepro.tables.kinds import TABLE_KINDS
 from rankrepro.tables.kinds.base import REPLICA_NOTE, KindPlan, TableError, TableKind, check_paper_counts
 
-__all__ = ["UNITS", "RunsTable", "best_marks", "cell_values", "column_run_layers", "column_unit", "mark_groups", "other_column",
+__all__ = ["UNITS", "RunsTable", "best_marks", "cell_layers", "cell_values", "column_run_layers", "column_unit", "mark_groups", "other_column",
            "rank_marks", "seed_stats", "selection_note", "shown_epoch", "table_rows"]
 
 
@@ -365,6 +365,16 @@ def column_run_layers(at: str, block: dict, column: dict) -> list[tuple[str, dic
             for selector in dict.fromkeys((column["group"], column["key"])) if selector in block.get("column_runs", {})]
 
 
+def cell_layers(where: str, at: str, row: dict, c: int, column: dict) -> list[tuple[str, dict]]:
+    """The spec's layers of ``row``'s runs in column ``c`` (declared at ``at``, e.g. ``rows[2]``, in spec file
+    ``where``), merged after the column's setup: the column's ``run``, the row's ``loss``, the row's ``run``, the
+    row's ``column_runs`` for the column (:func:`column_run_layers`)."""
+    return [(f"{where}: columns[{c}].run", column.get("run", {})),
+            (f"{where}: {at}.loss", {"loss": row["loss"]}),
+            (f"{where}: {at}.run", row.get("run", {})),
+            *column_run_layers(f"{where}: {at}", row, column)]
+
+
 def _cell_record(cell: Cell, row: dict) -> dict:
     """A cell's plan record: its fields, and for a variant row's cell ``variant`` (true) and the epoch the
     variant shows where it sets one (``select``): keys a paper row's cell does not have, so that a table's plan
@@ -439,10 +449,7 @@ class RunsTable(TableKind):
                                                f"{where}: {at} ({row['method']}) x columns[{c}] ({column['key']})")
                 if cell.pending:
                     continue
-                layers = [(f"{where}: columns[{c}].run", column.get("run", {})),
-                          (f"{where}: {at}.loss", {"loss": row["loss"]}),
-                          (f"{where}: {at}.run", row.get("run", {}))]
-                layers += column_run_layers(f"{where}: {at}", row, column)
+                layers = cell_layers(where, at, row, c, column)
                 if variant:  # the variant's own blocks, after every layer of its main row
                     declared = f"{where}: {variant['at']}"
                     layers += [(f"{declared}.run", variant["run"])] if "run" in variant else []
